@@ -1,0 +1,25 @@
+"""Model families the native step runs, one module per Hugging Face `model_type`.
+
+A family module provides:
+  unsupported(model, max_cache_len) -> str | None   why this model (variant) cannot run, or None
+  native_config(model) -> dict                       the native step's configuration
+  rope_tables(model, max_cache_len) -> (cos, sin)    float32 [max_cache_len, head_dim / 2]
+  weights(model) -> iterable of (name, tensor, bias) matrices in HF [out, in] layout, and norms (bias None, 1-D)
+"""
+
+from __future__ import annotations
+
+from types import ModuleType
+
+from kwker.families import llama
+
+FAMILIES: dict[str, ModuleType] = {"llama": llama}
+
+
+def family_for(model) -> ModuleType | None:
+    config = getattr(model, "config", None)
+    return FAMILIES.get(getattr(config, "model_type", None))
+
+
+def supported_model_types() -> list[str]:
+    return sorted(FAMILIES)

@@ -1,0 +1,101 @@
+"""LlamaForCausalLM: SmolLM/SmolLM2, TinyLlama, Llama 2/3.x (GQA, tied or untied embeddings, optional
+attention/MLP bias, the static rope scaling types transformers uses for them)."""
+
+from __future__ import annotations
+
+import torch
+
+# Rope types whose tables do not change with the sequence length, so they can be computed once at load.
+STATIC_ROPE_TYPES = {"default", "linear", "llama3", "yarn"}
+MAX_HEAD_DIM = 512
+DTYPES = {torch.float32, torch.bfloat16, torch.float16}
+
+
+def head_dim(config) -> int:
+    return getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+
+
+def rope_type(config) -> str:
+    params = getattr(config, "rope_parameters", None) or getattr(config, "rope_scaling", None) or {}
+    return params.get("rope_type", params.get("type", "default"))
+
+
+def unsupported(model, max_cache_len: int) -> str | None:
+    c = model.config
+    if not hasattr(model, "model") or not hasattr(model, "lm_head"):
+        return f"{type(model).__name__} is not a causal LM with a language-model head"
+    if getattr(c, "hidden_act", "silu") != "silu":
+        return f"activation {c.hidden_act!r} is not supported (Llama uses silu)"
+    if rope_type(c) not in STATIC_ROPE_TYPES:
+        return f"rope type {rope_type(c)!r} is not supported (supported: {', '.join(sorted(STATIC_ROPE_TYPES))})"
+    hd = head_dim(c)
+    if hd % 2 or hd > MAX_HEAD_DIM:
+        return f"head_dim {hd} is not supported (even, at most {MAX_HEAD_DIM})"
+    if c.num_attention_heads % c.num_key_value_heads:
+        return "num_attention_heads is not a multiple of num_key_value_heads"
+    if max_cache_len > c.max_position_embeddings:
+        return (f"max_cache_len {max_cache_len} is longer than the model's max_position_embeddings "
+                f"{c.max_position_embeddings}")
+    dtype = model.model.embed_tokens.weight.dtype
+    if dtype not in DTYPES:
+        return f"weights of dtype {dtype} are not supported (float32, bfloat16, float16)"
+    if getattr(c, "pretraining_tp", 1) not in (None, 1):
+        return "pretraining_tp > 1 is not supported"
+    return None
+
+
+def tied(model) -> bool:
+    return model.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr()
+
+
+def native_config(model) -> dict:
+    c = model.config
+    hd = head_dim(c)
+    return dict(
+        n_layer=c.num_hidden_layers,
+        n_embd=c.hidden_size,
+        n_head=c.num_attention_heads,
+        n_kv_head=c.num_key_value_heads,
+        head_dim=hd,
+        n_ff=c.intermediate_size,
+        vocab=c.vocab_size,
+        norm_eps=float(c.rms_norm_eps),
+        attn_scale=float(hd**-0.5),
+        tied_embeddings=tied(model),
+    )
+
+
+@torch.no_grad()
+def rope_tables(model, max_cache_len: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos/sin for every cache position, from the model's own rotary embedding (so every scaling type and the
+    attention factor come out exactly as transformers computes them), in float32."""
+    rotary = model.model.rotary_emb
+    hd = head_dim(model.config)
+    cos, sin = [], []
+    chunk = 4096
+    for start in range(0, max_cache_len, chunk):
+        pos = torch.arange(start, min(start + chunk, max_cache_len))[None]
+        c, s = rotary(torch.zeros(1, dtype=torch.float32), pos)
+        cos.append(c[0, :, : hd // 2].float())
+        sin.append(s[0, :, : hd // 2].float())
+    return torch.cat(cos).contiguous(), torch.cat(sin).contiguous()
+
+
+def _bias(linear):
+    return None if linear.bias is None else linear.bias.detach().float()
+
+
+def weights(model):
+    m = model.model
+    yield "embed", m.embed_tokens.weight, None
+    if not tied(model):
+        yield "lm_head", model.lm_head.weight, None
+    yield "norm", m.norm.weight, None
+    for i, layer in enumerate(m.layers):
+        a, mlp = layer.self_attn, layer.mlp
+        p = f"layers.{i}."
+        yield p + "attn_norm", layer.input_layernorm.weight, None
+        yield p + "mlp_norm", layer.post_attention_layernorm.weight, None
+        for name, lin in (("q", a.q_proj), ("k", a.k_proj), ("v", a.v_proj), ("o", a.o_proj),
+                          ("gate", mlp.gate_proj), ("up", mlp.up_proj), ("down", mlp.down_proj)):
+            yield p + name, lin.weight, _bias(lin)

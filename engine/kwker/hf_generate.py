@@ -1,0 +1,90 @@
+"""install(model) / uninstall(model): Hugging Face's own `model.generate` with every step on a KwkDecoder.
+
+transformers' generate keeps its whole interface (logits processors, sampling, stopping criteria, streamers,
+prompt_lookup_num_tokens); only the model's forward is swapped, for the duration of the call, for one that runs the
+native step over the new tokens at their cache positions. Calls the native step cannot serve run on the model's
+own forward, and `model._kwker_fallback` says why (None when the call ran natively).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+
+import torch
+from transformers.modeling_outputs import CausalLMOutputWithPast
+
+
+def install(model, max_cache_len: int = 2048, precision: str | None = None, threads: int | None = None):
+    """Routes model.generate through a KwkDecoder built now (raises ValueError if the model cannot run)."""
+    from kwker.decode import KwkDecoder
+
+    if hasattr(model, "_kwker_original_generate"):
+        uninstall(model)
+    decoder = KwkDecoder(model, max_cache_len=max_cache_len, precision=precision, threads=threads)
+    original = model.generate
+    model._kwker_decoder = decoder
+    model._kwker_original_generate = original
+    model._kwker_fallback = None
+
+    @functools.wraps(original)
+    def generate(*args, **kwargs):
+        reason = _fallback_reason(model, decoder, args, kwargs)
+        model._kwker_fallback = reason
+        if reason is not None:
+            return original(*args, **kwargs)
+        with _native_forward(model, decoder):
+            return original(*args, **kwargs)
+
+    model.generate = generate
+    return model
+
+
+def uninstall(model):
+    """Restores the model's original generate."""
+    vars(model).pop("generate", None)  # install set an instance attribute over the class's method
+    for attr in ("_kwker_original_generate", "_kwker_decoder", "_kwker_fallback"):
+        vars(model).pop(attr, None)
+    return model
+
+
+def _fallback_reason(model, decoder, args, kwargs) -> str | None:
+    gen_cfg = kwargs.get("generation_config") or model.generation_config
+    num_beams = kwargs.get("num_beams", getattr(gen_cfg, "num_beams", 1)) or 1
+    if num_beams > 1:
+        return "beam search runs on the model's own forward"
+    if kwargs.get("inputs_embeds") is not None:
+        return "inputs_embeds runs on the model's own forward"
+    if kwargs.get("assistant_model") is not None:
+        return "assistant_model runs on the model's own forward"
+    input_ids = args[0] if args else kwargs.get("input_ids", kwargs.get("inputs"))
+    if not isinstance(input_ids, torch.Tensor) or input_ids.dim() != 2:
+        return "generate without a 2-D input_ids tensor runs on the model's own forward"
+    if input_ids.shape[0] != 1:
+        return "batched input runs on the model's own forward"
+    mask = kwargs.get("attention_mask")
+    if mask is not None and not bool(mask.all()):
+        return "a padded attention_mask runs on the model's own forward"
+    max_new = kwargs.get("max_new_tokens", getattr(gen_cfg, "max_new_tokens", None))
+    max_len = kwargs.get("max_length", getattr(gen_cfg, "max_length", None) or 20)
+    total = input_ids.shape[1] + max_new if max_new is not None else max_len
+    if total > decoder.max_cache_len:
+        return f"{total} tokens exceed the decoder's max_cache_len {decoder.max_cache_len}"
+    return None
+
+
+@contextlib.contextmanager
+def _native_forward(model, decoder):
+    def forward(input_ids=None, attention_mask=None, position_ids=None, past_key_values=None, inputs_embeds=None,
+                use_cache=None, cache_position=None, logits_to_keep=0, **kwargs):
+        ids = input_ids[0].tolist()
+        start = int(cache_position[0]) if cache_position is not None else 0
+        last_only = isinstance(logits_to_keep, int) and logits_to_keep == 1
+        logits = decoder.forward(ids, start=start, logits="last" if last_only else "all")
+        return CausalLMOutputWithPast(logits=logits[None], past_key_values=past_key_values)
+
+    model.forward = forward
+    try:
+        yield
+    finally:
+        del model.forward

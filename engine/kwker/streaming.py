@@ -1,0 +1,70 @@
+"""Streaming output: the dataclasses `stream_generate` yields, and a detokenizer that never emits half a
+UTF-8 character."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class GenerationStats:
+    prompt_tokens: int = 0
+    reused_prompt_tokens: int = 0  # prompt tokens whose KV cache was kept from the previous call
+    prefill_s: float = 0.0
+    new_tokens: int = 0
+    decode_s: float = 0.0
+    steps: int = 0  # native decode steps after prefill
+    proposed: dict[str, int] = field(default_factory=dict)  # speculation source -> tokens proposed
+    accepted: dict[str, int] = field(default_factory=dict)  # speculation source -> tokens accepted
+
+    # The first new token comes out of prefill; the rest out of decode steps.
+    @property
+    def tokens_per_s(self) -> float:
+        return (self.new_tokens - 1) / self.decode_s if self.decode_s > 0 else 0.0
+
+    @property
+    def prefill_tokens_per_s(self) -> float:
+        n = self.prompt_tokens - self.reused_prompt_tokens
+        return n / self.prefill_s if self.prefill_s > 0 else 0.0
+
+    @property
+    def tokens_per_step(self) -> float:
+        return (self.new_tokens - 1) / self.steps if self.steps else 0.0
+
+
+@dataclass
+class GenerationChunk:
+    token: int
+    text: str  # the new piece of text ("" without a tokenizer, or while a character is incomplete)
+    stats: GenerationStats
+    finish_reason: str | None = None  # "eos" or "length" on the last chunk
+
+
+class StreamingDetokenizer:
+    """Decodes a growing token list into text pieces. Holds back text that ends in an incomplete character
+    (decoded as U+FFFD) until the next token completes it; starts a fresh window after each newline so that
+    decoding stays cheap on long answers (as transformers' TextStreamer does)."""
+
+    def __init__(self, tokenizer, skip_special_tokens: bool = True):
+        self.tokenizer = tokenizer
+        self.skip_special_tokens = skip_special_tokens
+        self.tokens: list[int] = []
+        self.emitted = 0
+
+    def add(self, token: int) -> str:
+        self.tokens.append(token)
+        text = self.tokenizer.decode(self.tokens, skip_special_tokens=self.skip_special_tokens)
+        if text.endswith("\ufffd"):
+            return ""
+        piece = text[self.emitted:]
+        if text.endswith("\n"):
+            self.tokens, self.emitted = [], 0
+        else:
+            self.emitted = len(text)
+        return piece
+
+    def flush(self) -> str:
+        text = self.tokenizer.decode(self.tokens, skip_special_tokens=self.skip_special_tokens)
+        piece = text[self.emitted:]
+        self.tokens, self.emitted = [], 0
+        return piece

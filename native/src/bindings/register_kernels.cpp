@@ -1,0 +1,88 @@
+// Kernel entry points for the parity tests: pad the caller's arrays into the layout the kernels read, run one
+// ISA's kernel, and return unpadded results.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <cstring>
+#include <vector>
+
+#include "../kernels/kernels.h"
+
+namespace py = pybind11;
+
+namespace kwker {
+
+namespace {
+
+using F32Array = py::array_t<float, py::array::c_style | py::array::forcecast>;
+
+std::vector<float> pad_rows(const float* src, int rows, int cols, int stride) {
+  std::vector<float> out(size_t(rows) * stride + kPad, 0.f);
+  for (int r = 0; r < rows; r++) std::memcpy(&out[size_t(r) * stride], src + size_t(r) * cols, sizeof(float) * cols);
+  return out;
+}
+
+// x: [m, k] float32; w: [n, k] float32 or uint16 (bf16 / f16 bits, by wtype).
+py::array_t<float> kernel_matmul(const std::string& isa, F32Array x, py::array w, int wtype, py::object bias) {
+  const Kernels& kern = kernels_select(isa);
+  if (x.ndim() != 2 || w.ndim() != 2 || x.shape(1) != w.shape(1)) throw std::invalid_argument("shape mismatch");
+  const int m = int(x.shape(0)), k = int(x.shape(1)), n = int(w.shape(0)), kp = pad_to(k);
+  const WType t = WType(wtype);
+  std::vector<float> xp = pad_rows(x.data(), m, k, kp);
+  const size_t es = wtype_size(t);
+  if (size_t(w.itemsize()) != es) throw std::invalid_argument("weight element size does not match wtype");
+  auto wc = py::array::ensure(w, py::array::c_style);
+  std::vector<char> wp(size_t(n) * kp * es, 0);
+  for (int r = 0; r < n; r++)
+    std::memcpy(&wp[size_t(r) * kp * es], static_cast<const char*>(wc.data()) + size_t(r) * k * es, size_t(k) * es);
+  std::vector<float> b;
+  if (!bias.is_none()) {
+    F32Array ba = bias.cast<F32Array>();
+    b.assign(ba.data(), ba.data() + n);
+  }
+  py::array_t<float> y({m, n});
+  {
+    py::gil_scoped_release release;
+    kern.matmul[wtype](xp.data(), m, kp, wp.data(), kp, 0, n, y.mutable_data(), n, b.empty() ? nullptr : b.data(),
+                       false);
+  }
+  return y;
+}
+
+// q: [hd], k, v: [n, hd]
+py::array_t<float> kernel_attend(const std::string& isa, F32Array q, F32Array k, F32Array v, float scale) {
+  const Kernels& kern = kernels_select(isa);
+  const int n = int(k.shape(0)), hd = int(k.shape(1)), hdp = pad_to(hd);
+  if (q.size() != hd || v.shape(0) != n || v.shape(1) != hd) throw std::invalid_argument("shape mismatch");
+  std::vector<float> qp = pad_rows(q.data(), 1, hd, hdp), kp = pad_rows(k.data(), n, hd, hdp),
+                     vp = pad_rows(v.data(), n, hd, hdp), scores(pad_to(n)), out(hdp);
+  kern.attend(qp.data(), kp.data(), vp.data(), n, hdp, scale, scores.data(), out.data());
+  py::array_t<float> r(hd);
+  std::memcpy(r.mutable_data(), out.data(), sizeof(float) * hd);
+  return r;
+}
+
+py::array_t<float> kernel_silu_mul(const std::string& isa, F32Array gate, F32Array up) {
+  const Kernels& kern = kernels_select(isa);
+  const int n = int(gate.size()), np = pad_to(n);
+  if (up.size() != n) throw std::invalid_argument("shape mismatch");
+  std::vector<float> g = pad_rows(gate.data(), 1, n, np), u = pad_rows(up.data(), 1, n, np), o(np);
+  kern.silu_mul(g.data(), u.data(), o.data(), np);
+  py::array_t<float> r(n);
+  std::memcpy(r.mutable_data(), o.data(), sizeof(float) * n);
+  return r;
+}
+
+}  // namespace
+
+void register_kernels(py::module_& m) {
+  m.def("isa_supported", &isa_supported, py::arg("isa"), "Whether this CPU runs the given ISA's kernels.");
+  m.def("isa_best", &isa_best, "The best ISA this CPU runs.");
+  m.def("kernel_matmul", &kernel_matmul, py::arg("isa"), py::arg("x"), py::arg("w"), py::arg("wtype"),
+        py::arg("bias") = py::none());
+  m.def("kernel_attend", &kernel_attend, py::arg("isa"), py::arg("q"), py::arg("k"), py::arg("v"), py::arg("scale"));
+  m.def("kernel_silu_mul", &kernel_silu_mul, py::arg("isa"), py::arg("gate"), py::arg("up"));
+}
+
+}  // namespace kwker

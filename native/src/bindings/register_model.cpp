@@ -1,0 +1,123 @@
+// kwker._native.Model: built from a config dict and numpy weight arrays; step() runs one decode step.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <memory>
+#include <stdexcept>
+#include <string>
+
+#include "../model/model.h"
+
+namespace py = pybind11;
+
+namespace kwker {
+
+namespace {
+
+using F32Array = py::array_t<float, py::array::c_style | py::array::forcecast>;
+using I32Array = py::array_t<int32_t, py::array::c_style | py::array::forcecast>;
+
+Config config_from_dict(const py::dict& d) {
+  Config c;
+  c.n_layer = d["n_layer"].cast<int>();
+  c.n_embd = d["n_embd"].cast<int>();
+  c.n_head = d["n_head"].cast<int>();
+  c.n_kv_head = d["n_kv_head"].cast<int>();
+  c.head_dim = d["head_dim"].cast<int>();
+  c.n_ff = d["n_ff"].cast<int>();
+  c.vocab = d["vocab"].cast<int>();
+  c.norm_eps = d["norm_eps"].cast<float>();
+  c.attn_scale = d["attn_scale"].cast<float>();
+  c.wtype = WType(d["wtype"].cast<int>());
+  c.tied_embeddings = d["tied_embeddings"].cast<bool>();
+  return c;
+}
+
+std::unique_ptr<Model> make_model(const py::dict& config, F32Array rope_cos, F32Array rope_sin, int max_cache_len,
+                                  int n_slots, int max_step_tokens, int threads, const std::string& isa) {
+  Config c = config_from_dict(config);
+  const py::ssize_t half = c.head_dim / 2;
+  for (auto* a : {&rope_cos, &rope_sin})
+    if (a->ndim() != 2 || a->shape(0) != max_cache_len || a->shape(1) != half)
+      throw std::invalid_argument("rope tables must be [max_cache_len, head_dim / 2]");
+  return std::make_unique<Model>(c, rope_cos.data(), rope_sin.data(), max_cache_len, n_slots, max_step_tokens,
+                                 threads, isa);
+}
+
+void set_matrix(Model& m, const std::string& name, py::array w, int wtype, py::object bias) {
+  if (w.ndim() != 2) throw std::invalid_argument("weight " + name + " must be 2-D");
+  if (size_t(w.itemsize()) != wtype_size(WType(wtype)))
+    throw std::invalid_argument("weight " + name + " element size does not match its type");
+  auto wc = py::array::ensure(w, py::array::c_style);
+  const float* b = nullptr;
+  F32Array ba;
+  if (!bias.is_none()) {
+    ba = bias.cast<F32Array>();
+    if (ba.size() != w.shape(0)) throw std::invalid_argument("bias of " + name + " has the wrong size");
+    b = ba.data();
+  }
+  m.set_matrix(name, wc.data(), WType(wtype), int(w.shape(0)), int(w.shape(1)), b);
+}
+
+// tokens, slots, positions: [T]; out_rows: [R]. Returns argmax [R]; logits stay in the model (see logits()).
+py::array_t<int32_t> step(Model& m, I32Array tokens, I32Array slots, I32Array positions, I32Array out_rows) {
+  const int T = int(tokens.size()), R = int(out_rows.size());
+  if (T < 1 || T > m.max_step_tokens())
+    throw std::invalid_argument("a step takes 1.." + std::to_string(m.max_step_tokens()) + " tokens, got " +
+                                std::to_string(T));
+  if (slots.size() != T || positions.size() != T) throw std::invalid_argument("tokens, slots, positions differ in length");
+  if (R > T) throw std::invalid_argument("more output rows than tokens");
+  const Config& c = m.config();
+  for (int t = 0; t < T; t++) {
+    if (tokens.data()[t] < 0 || tokens.data()[t] >= c.vocab)
+      throw std::invalid_argument("token id " + std::to_string(tokens.data()[t]) + " outside the vocabulary of " +
+                                  std::to_string(c.vocab));
+    if (slots.data()[t] < 0 || slots.data()[t] >= m.n_slots()) throw std::invalid_argument("slot out of range");
+    if (positions.data()[t] < 0 || positions.data()[t] >= m.max_cache_len())
+      throw std::invalid_argument("position " + std::to_string(positions.data()[t]) + " outside the cache of " +
+                                  std::to_string(m.max_cache_len()));
+  }
+  for (int r = 0; r < R; r++)
+    if (out_rows.data()[r] < 0 || out_rows.data()[r] >= T) throw std::invalid_argument("output row out of range");
+  py::array_t<int32_t> argmax(R);
+  {
+    py::gil_scoped_release release;
+    m.step(tokens.data(), slots.data(), positions.data(), T, out_rows.data(), R, argmax.mutable_data());
+  }
+  return argmax;
+}
+
+}  // namespace
+
+void register_model(py::module_& mod) {
+  py::class_<Model>(mod, "Model")
+      .def(py::init(&make_model), py::arg("config"), py::arg("rope_cos"), py::arg("rope_sin"),
+           py::arg("max_cache_len"), py::arg("n_slots"), py::arg("max_step_tokens"), py::arg("threads"),
+           py::arg("isa") = "")
+      .def("set_matrix", &set_matrix, py::arg("name"), py::arg("w"), py::arg("wtype"), py::arg("bias") = py::none())
+      .def(
+          "set_norm",
+          [](Model& m, const std::string& name, F32Array w) { m.set_norm(name, w.data(), int(w.size())); },
+          py::arg("name"), py::arg("w"))
+      .def("check_complete", &Model::check_complete)
+      .def("step", &step, py::arg("tokens"), py::arg("slots"), py::arg("positions"), py::arg("out_rows"))
+      .def(
+          "logits",
+          [](py::object self, int rows) {
+            Model& m = self.cast<Model&>();
+            if (rows < 0 || rows > m.max_step_tokens()) throw std::invalid_argument("rows out of range");
+            // A view of the model's buffer [rows, vocab]; valid until the next step.
+            return py::array_t<float>({rows, m.config().vocab},
+                                      {sizeof(float) * m.vocab_stride(), sizeof(float)}, m.logits(), self);
+          },
+          py::arg("rows"))
+      .def_property_readonly("isa", &Model::isa)
+      .def_property_readonly("threads", &Model::threads)
+      .def_property_readonly("max_cache_len", &Model::max_cache_len)
+      .def_property_readonly("n_slots", &Model::n_slots)
+      .def_property_readonly("max_step_tokens", &Model::max_step_tokens)
+      .def_property_readonly("weight_bytes_per_token", &Model::weight_bytes_per_token);
+}
+
+}  // namespace kwker

@@ -1,0 +1,58 @@
+// AVX2 + FMA + F16C instantiation of the SIMD kernels. Compiled with -mavx2 -mfma -mf16c; called only after
+// the CPU has been checked for those features.
+#include <immintrin.h>
+
+#include "simd_kernels.h"
+
+namespace kwker {
+namespace {
+
+struct Avx2 {
+  using reg = __m256;
+  static constexpr int W = 8;
+  static constexpr int TB = 4, NB = 3;  // 12 accumulators + 3 weights + 1 activation of 16 ymm registers
+  static constexpr int NB_GEMV = 8;
+
+  static reg zero() { return _mm256_setzero_ps(); }
+  static reg load(const float* p) { return _mm256_loadu_ps(p); }
+  static void store(float* p, reg a) { _mm256_storeu_ps(p, a); }
+  static reg set1(float a) { return _mm256_set1_ps(a); }
+  static reg fma(reg a, reg b, reg c) { return _mm256_fmadd_ps(a, b, c); }
+  static reg add(reg a, reg b) { return _mm256_add_ps(a, b); }
+  static reg sub(reg a, reg b) { return _mm256_sub_ps(a, b); }
+  static reg mul(reg a, reg b) { return _mm256_mul_ps(a, b); }
+  static reg div(reg a, reg b) { return _mm256_div_ps(a, b); }
+  static reg min(reg a, reg b) { return _mm256_min_ps(a, b); }
+  static reg max(reg a, reg b) { return _mm256_max_ps(a, b); }
+  static reg round(reg a) { return _mm256_round_ps(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+  static reg pow2i(reg n) {  // 2^n for integral n in [-126, 127]
+    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_castsi256_ps(e);
+  }
+  static reg exp(reg x) { return simd::exp_poly<Avx2>(x); }
+  static float hsum(reg a) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+  }
+  template <WType T>
+  static reg load_w(const void* w, size_t i) {
+    if constexpr (T == WType::F32) {
+      return _mm256_loadu_ps(static_cast<const float*>(w) + i);
+    } else {
+      __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(w) + i));
+      if constexpr (T == WType::BF16) return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+      return _mm256_cvtph_ps(h);
+    }
+  }
+};
+
+}  // namespace
+
+const Kernels& kernels_avx2() {
+  static const Kernels k = simd::make_kernels<Avx2>("avx2");
+  return k;
+}
+
+}  // namespace kwker

@@ -1,0 +1,60 @@
+// AVX-512 (F, BW, VL, DQ) instantiation of the SIMD kernels: the same template as AVX2 with 16-float registers
+// and a larger register tile. Called only after the CPU has been checked for those features.
+#include <immintrin.h>
+
+#include "simd_kernels.h"
+
+namespace kwker {
+namespace {
+
+struct Avx512 {
+  using reg = __m512;
+  static constexpr int W = 16;
+  static constexpr int TB = 4, NB = 6;  // 24 accumulators + 6 weights + 1 activation of 32 zmm registers
+  static constexpr int NB_GEMV = 8;
+
+  static reg zero() { return _mm512_setzero_ps(); }
+  static reg load(const float* p) { return _mm512_loadu_ps(p); }
+  static void store(float* p, reg a) { _mm512_storeu_ps(p, a); }
+  static reg set1(float a) { return _mm512_set1_ps(a); }
+  static reg fma(reg a, reg b, reg c) { return _mm512_fmadd_ps(a, b, c); }
+  static reg add(reg a, reg b) { return _mm512_add_ps(a, b); }
+  static reg sub(reg a, reg b) { return _mm512_sub_ps(a, b); }
+  static reg mul(reg a, reg b) { return _mm512_mul_ps(a, b); }
+  static reg div(reg a, reg b) { return _mm512_div_ps(a, b); }
+  static reg min(reg a, reg b) { return _mm512_min_ps(a, b); }
+  static reg max(reg a, reg b) { return _mm512_max_ps(a, b); }
+  static reg round(reg a) { return _mm512_roundscale_ps(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+  static reg pow2i(reg n) {
+    __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
+    return _mm512_castsi512_ps(e);
+  }
+  static reg exp(reg x) { return simd::exp_poly<Avx512>(x); }
+  static float hsum(reg a) {
+    __m256 h = _mm256_add_ps(_mm512_castps512_ps256(a),
+                             _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1)));
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+  }
+  template <WType T>
+  static reg load_w(const void* w, size_t i) {
+    if constexpr (T == WType::F32) {
+      return _mm512_loadu_ps(static_cast<const float*>(w) + i);
+    } else {
+      __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const uint16_t*>(w) + i));
+      if constexpr (T == WType::BF16) return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+      return _mm512_cvtph_ps(h);
+    }
+  }
+};
+
+}  // namespace
+
+const Kernels& kernels_avx512() {
+  static const Kernels k = simd::make_kernels<Avx512>("avx512");
+  return k;
+}
+
+}  // namespace kwker

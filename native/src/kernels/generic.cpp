@@ -1,0 +1,97 @@
+// Portable reference kernels: plain loops, written independently of the SIMD template so that they are a real
+// oracle for it (tests compare every ISA against these with a named tolerance). Also the fallback on CPUs
+// without AVX2.
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "kernels.h"
+
+namespace kwker {
+
+float f16_to_f32(uint16_t h) {
+  uint32_t sign = uint32_t(h & 0x8000) << 16;
+  uint32_t exp = (h >> 10) & 0x1f;
+  uint32_t man = h & 0x3ff;
+  uint32_t bits;
+  if (exp == 0) {
+    if (man == 0) {
+      bits = sign;
+    } else {  // subnormal: renormalise
+      int e = -1;
+      do {
+        e++;
+        man <<= 1;
+      } while ((man & 0x400) == 0);
+      bits = sign | uint32_t(127 - 15 - e) << 23 | (man & 0x3ff) << 13;
+    }
+  } else if (exp == 31) {
+    bits = sign | 0x7f800000u | man << 13;
+  } else {
+    bits = sign | (exp + 127 - 15) << 23 | man << 13;
+  }
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+namespace {
+
+template <WType T>
+float weight_at(const void* w, size_t i) {
+  if constexpr (T == WType::F32) return static_cast<const float*>(w)[i];
+  if constexpr (T == WType::BF16) return bf16_to_f32(static_cast<const uint16_t*>(w)[i]);
+  if constexpr (T == WType::F16) return f16_to_f32(static_cast<const uint16_t*>(w)[i]);
+  return 0.f;
+}
+
+template <WType T>
+void matmul_generic(const float* x, int m, int ldx, const void* w, int kp, int n0, int n1, float* y, int ldy,
+                    const float* bias, bool accumulate) {
+  for (int t = 0; t < m; t++) {
+    for (int n = n0; n < n1; n++) {
+      float s = 0.f;
+      for (int k = 0; k < kp; k++) s += x[size_t(t) * ldx + k] * weight_at<T>(w, size_t(n) * kp + k);
+      if (bias) s += bias[n];
+      float* out = y + size_t(t) * ldy + n;
+      *out = accumulate ? *out + s : s;
+    }
+  }
+}
+
+void attend_generic(const float* q, const float* k, const float* v, int n, int hdp, float scale, float* scores,
+                    float* out) {
+  float mx = -std::numeric_limits<float>::infinity();
+  for (int i = 0; i < n; i++) {
+    float s = 0.f;
+    for (int c = 0; c < hdp; c++) s += q[c] * k[size_t(i) * hdp + c];
+    scores[i] = s * scale;
+    mx = std::fmax(mx, scores[i]);
+  }
+  float sum = 0.f;
+  for (int i = 0; i < n; i++) {
+    scores[i] = std::exp(scores[i] - mx);
+    sum += scores[i];
+  }
+  for (int c = 0; c < hdp; c++) out[c] = 0.f;
+  for (int i = 0; i < n; i++) {
+    float p = scores[i] / sum;
+    for (int c = 0; c < hdp; c++) out[c] += p * v[size_t(i) * hdp + c];
+  }
+}
+
+void silu_mul_generic(const float* gate, const float* up, float* out, int n) {
+  for (int i = 0; i < n; i++) out[i] = gate[i] / (1.f + std::exp(-gate[i])) * up[i];
+}
+
+}  // namespace
+
+const Kernels& kernels_generic() {
+  static const Kernels k{"generic",
+                         {matmul_generic<WType::F32>, matmul_generic<WType::BF16>, matmul_generic<WType::F16>},
+                         attend_generic,
+                         silu_mul_generic};
+  return k;
+}
+
+}  // namespace kwker

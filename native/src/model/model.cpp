@@ -1,0 +1,275 @@
+#include "model.h"
+
+#include <cmath>
+#include <cstring>
+#include <stdexcept>
+
+namespace kwker {
+
+namespace {
+
+float weight_to_f32(const void* data, WType t, size_t i) {
+  switch (t) {
+    case WType::F32: return static_cast<const float*>(data)[i];
+    case WType::BF16: return bf16_to_f32(static_cast<const uint16_t*>(data)[i]);
+    case WType::F16: return f16_to_f32(static_cast<const uint16_t*>(data)[i]);
+  }
+  return 0.f;
+}
+
+// Matmul output columns are split between threads in multiples of this, so that tiles stay whole.
+constexpr int kColAlign = 24;
+
+}  // namespace
+
+Model::Model(const Config& cfg, const float* rope_cos, const float* rope_sin, int max_cache_len, int n_slots,
+             int max_step_tokens, int n_threads, const std::string& isa)
+    : cfg_(cfg),
+      kern_(&kernels_select(isa)),
+      max_cache_(max_cache_len),
+      n_slots_(n_slots),
+      max_step_(max_step_tokens),
+      hdp_(pad_to(cfg.head_dim)),
+      ep_(pad_to(cfg.n_embd)),
+      qp_(pad_to(cfg.n_head * cfg.head_dim)),
+      kvp_(pad_to(cfg.n_kv_head * cfg.head_dim)),
+      fp_(pad_to(cfg.n_ff)),
+      pool_(n_threads),
+      layers_(cfg.n_layer) {
+  if (cfg.n_layer < 1 || cfg.n_embd < 1 || cfg.n_head < 1 || cfg.n_kv_head < 1 || cfg.head_dim < 2 ||
+      cfg.head_dim % 2 || cfg.n_ff < 1 || cfg.vocab < 1 || cfg.n_head % cfg.n_kv_head)
+    throw std::invalid_argument("invalid model configuration");
+  if (max_cache_len < 1 || n_slots < 1 || max_step_tokens < 1)
+    throw std::invalid_argument("max_cache_len, n_slots and max_step_tokens must be positive");
+  const int half = cfg.head_dim / 2;
+  rope_cos_ = Buffer(sizeof(float) * max_cache_len * half);
+  rope_sin_ = Buffer(sizeof(float) * max_cache_len * half);
+  std::memcpy(rope_cos_.as<float>(), rope_cos, sizeof(float) * max_cache_len * half);
+  std::memcpy(rope_sin_.as<float>(), rope_sin, sizeof(float) * max_cache_len * half);
+
+  const size_t cache_floats = size_t(n_slots) * cfg.n_layer * cfg.n_kv_head * max_cache_len * hdp_;
+  cache_k_ = Buffer(sizeof(float) * cache_floats);
+  cache_v_ = Buffer(sizeof(float) * cache_floats);
+
+  const size_t S = max_step_tokens;
+  x_ = Buffer(sizeof(float) * S * ep_);
+  xn_ = Buffer(sizeof(float) * S * ep_);
+  q_ = Buffer(sizeof(float) * S * qp_);
+  k_ = Buffer(sizeof(float) * S * kvp_);
+  v_ = Buffer(sizeof(float) * S * kvp_);
+  qh_ = Buffer(sizeof(float) * S * cfg.n_head * hdp_);
+  att_ = Buffer(sizeof(float) * S * qp_);
+  gate_ = Buffer(sizeof(float) * S * fp_);
+  up_ = Buffer(sizeof(float) * S * fp_);
+  logits_ = Buffer(sizeof(float) * S * pad_to(cfg.vocab));
+  scores_ = Buffer(sizeof(float) * pool_.size() * pad_to(max_cache_len));
+  head_out_ = Buffer(sizeof(float) * pool_.size() * hdp_);
+}
+
+void Model::set_matrix(const std::string& name, const void* data, WType type, int n, int k, const float* bias) {
+  Matrix* m = nullptr;
+  int want_n = 0, want_k = 0;
+  const int qd = cfg_.n_head * cfg_.head_dim, kvd = cfg_.n_kv_head * cfg_.head_dim;
+  if (name == "embed") {
+    m = &embed_, want_n = cfg_.vocab, want_k = cfg_.n_embd;
+  } else if (name == "lm_head") {
+    m = &lm_head_, want_n = cfg_.vocab, want_k = cfg_.n_embd;
+  } else if (name.rfind("layers.", 0) == 0) {
+    const size_t dot = name.find('.', 7);
+    const int li = std::stoi(name.substr(7, dot - 7));
+    if (li < 0 || li >= cfg_.n_layer || dot == std::string::npos) throw std::invalid_argument("bad weight " + name);
+    Layer& L = layers_[li];
+    const std::string part = name.substr(dot + 1);
+    if (part == "q") m = &L.wq, want_n = qd, want_k = cfg_.n_embd;
+    else if (part == "k") m = &L.wk, want_n = kvd, want_k = cfg_.n_embd;
+    else if (part == "v") m = &L.wv, want_n = kvd, want_k = cfg_.n_embd;
+    else if (part == "o") m = &L.wo, want_n = cfg_.n_embd, want_k = qd;
+    else if (part == "gate") m = &L.wgate, want_n = cfg_.n_ff, want_k = cfg_.n_embd;
+    else if (part == "up") m = &L.wup, want_n = cfg_.n_ff, want_k = cfg_.n_embd;
+    else if (part == "down") m = &L.wdown, want_n = cfg_.n_embd, want_k = cfg_.n_ff;
+  }
+  if (!m) throw std::invalid_argument("unknown weight " + name);
+  if (n != want_n || k != want_k)
+    throw std::invalid_argument("weight " + name + " has shape [" + std::to_string(n) + ", " + std::to_string(k) +
+                                "], expected [" + std::to_string(want_n) + ", " + std::to_string(want_k) + "]");
+  m->n = n, m->k = k, m->kp = pad_to(k), m->type = type;
+  const size_t es = wtype_size(type);
+  m->data = Buffer(m->bytes());
+  for (int r = 0; r < n; r++)
+    std::memcpy(m->data.as<char>() + size_t(r) * m->kp * es, static_cast<const char*>(data) + size_t(r) * k * es,
+                size_t(k) * es);
+  m->bias = Buffer();
+  if (bias) {
+    m->bias = Buffer(sizeof(float) * n);
+    std::memcpy(m->bias.as<float>(), bias, sizeof(float) * n);
+  }
+}
+
+void Model::set_norm(const std::string& name, const float* data, int n) {
+  if (n != cfg_.n_embd) throw std::invalid_argument("norm " + name + " has the wrong size");
+  Buffer* b = nullptr;
+  if (name == "norm") {
+    b = &final_norm_;
+  } else if (name.rfind("layers.", 0) == 0) {
+    const size_t dot = name.find('.', 7);
+    const int li = std::stoi(name.substr(7, dot - 7));
+    if (li < 0 || li >= cfg_.n_layer || dot == std::string::npos) throw std::invalid_argument("bad norm " + name);
+    const std::string part = name.substr(dot + 1);
+    if (part == "attn_norm") b = &layers_[li].attn_norm;
+    else if (part == "mlp_norm") b = &layers_[li].mlp_norm;
+  }
+  if (!b) throw std::invalid_argument("unknown norm " + name);
+  *b = Buffer(sizeof(float) * n);
+  std::memcpy(b->as<float>(), data, sizeof(float) * n);
+}
+
+void Model::check_complete() const {
+  auto need = [](bool ok, const std::string& what) {
+    if (!ok) throw std::runtime_error("weight not loaded: " + what);
+  };
+  need(embed_.n > 0, "embed");
+  need(cfg_.tied_embeddings || lm_head_.n > 0, "lm_head");
+  need(final_norm_.size() > 0, "norm");
+  for (int i = 0; i < cfg_.n_layer; i++) {
+    const Layer& L = layers_[i];
+    const std::string p = "layers." + std::to_string(i) + ".";
+    need(L.attn_norm.size() > 0, p + "attn_norm");
+    need(L.mlp_norm.size() > 0, p + "mlp_norm");
+    for (auto [m, nm] : {std::pair{&L.wq, "q"}, {&L.wk, "k"}, {&L.wv, "v"}, {&L.wo, "o"}, {&L.wgate, "gate"},
+                         {&L.wup, "up"}, {&L.wdown, "down"}})
+      need(m->n > 0, p + nm);
+  }
+}
+
+size_t Model::weight_bytes_per_token() const {
+  size_t b = (cfg_.tied_embeddings ? embed_ : lm_head_).bytes();
+  for (const Layer& L : layers_)
+    b += L.wq.bytes() + L.wk.bytes() + L.wv.bytes() + L.wo.bytes() + L.wgate.bytes() + L.wup.bytes() +
+         L.wdown.bytes();
+  return b;
+}
+
+float* Model::cache_row(Buffer& cache, int slot, int layer, int kv_head, int pos) const {
+  const size_t head = (size_t(slot) * cfg_.n_layer + layer) * cfg_.n_kv_head + kv_head;
+  return cache.as<float>() + (head * max_cache_ + pos) * hdp_;
+}
+
+// out[t] = x[t] * rsqrt(mean(x[t]^2) + eps) * w, as transformers' RMSNorm computes it in float32.
+void Model::rmsnorm_rows(const float* x, const float* w, float* out, int t0, int t1) const {
+  const int n = cfg_.n_embd;
+  for (int t = t0; t < t1; t++) {
+    const float* xr = x + size_t(t) * ep_;
+    float* o = out + size_t(t) * ep_;
+    double ss = 0.0;
+    for (int i = 0; i < n; i++) ss += double(xr[i]) * xr[i];
+    const float inv = 1.0f / std::sqrt(float(ss / n) + cfg_.norm_eps);
+    for (int i = 0; i < n; i++) o[i] = w[i] * (xr[i] * inv);
+  }
+}
+
+// Rotates q and k of tokens [t0, t1) (transformers' rotate_half convention), lays q out per head with padding,
+// and writes k and v into the sequence's cache row at its position.
+void Model::rope_and_cache(int layer, const int32_t* slots, const int32_t* positions, int t0, int t1) {
+  const int hd = cfg_.head_dim, half = hd / 2;
+  for (int t = t0; t < t1; t++) {
+    const float* c = rope_cos_.as<float>() + size_t(positions[t]) * half;
+    const float* s = rope_sin_.as<float>() + size_t(positions[t]) * half;
+    auto rotate = [&](const float* in, float* out) {
+      for (int i = 0; i < half; i++) {
+        const float a = in[i], b = in[i + half];
+        out[i] = a * c[i] - b * s[i];
+        out[i + half] = b * c[i] + a * s[i];
+      }
+    };
+    for (int h = 0; h < cfg_.n_head; h++)
+      rotate(q_.as<float>() + size_t(t) * qp_ + h * hd, qh_.as<float>() + (size_t(t) * cfg_.n_head + h) * hdp_);
+    for (int h = 0; h < cfg_.n_kv_head; h++) {
+      rotate(k_.as<float>() + size_t(t) * kvp_ + h * hd, cache_row(cache_k_, slots[t], layer, h, positions[t]));
+      std::memcpy(cache_row(cache_v_, slots[t], layer, h, positions[t]), v_.as<float>() + size_t(t) * kvp_ + h * hd,
+                  sizeof(float) * hd);
+    }
+  }
+}
+
+void Model::matmul_part(const Matrix& m, const float* x, int rows, int ldx, float* y, int ldy, bool accumulate,
+                        int tid) {
+  auto [n0, n1] = pool_.split(m.n, tid, kColAlign);
+  if (n0 < n1)
+    kern_->matmul[int(m.type)](x, rows, ldx, m.data.as<void>(), m.kp, n0, n1, y, ldy, m.bias_ptr(), accumulate);
+}
+
+void Model::step(const int32_t* tokens, const int32_t* slots, const int32_t* positions, int T,
+                 const int32_t* out_rows, int R, int32_t* argmax) {
+  const Config& c = cfg_;
+  const Matrix& head = c.tied_embeddings ? embed_ : lm_head_;
+  const int group = c.n_head / c.n_kv_head;
+  float* x = x_.as<float>();
+  float* xn = xn_.as<float>();
+
+  pool_.run([&](int tid) {
+    auto [t0, t1] = pool_.split(T, tid);
+    for (int t = t0; t < t1; t++) {
+      float* row = x + size_t(t) * ep_;
+      const size_t base = size_t(tokens[t]) * embed_.kp;
+      for (int i = 0; i < c.n_embd; i++) row[i] = weight_to_f32(embed_.data.as<void>(), embed_.type, base + i);
+    }
+    pool_.barrier();
+
+    for (int l = 0; l < c.n_layer; l++) {
+      Layer& L = layers_[l];
+      rmsnorm_rows(x, L.attn_norm.as<float>(), xn, t0, t1);
+      pool_.barrier();
+      matmul_part(L.wq, xn, T, ep_, q_.as<float>(), qp_, false, tid);
+      matmul_part(L.wk, xn, T, ep_, k_.as<float>(), kvp_, false, tid);
+      matmul_part(L.wv, xn, T, ep_, v_.as<float>(), kvp_, false, tid);
+      pool_.barrier();
+      rope_and_cache(l, slots, positions, t0, t1);
+      pool_.barrier();
+
+      auto [a0, a1] = pool_.split(T * c.n_head, tid);
+      float* scores = scores_.as<float>() + size_t(tid) * pad_to(max_cache_);
+      float* hout = head_out_.as<float>() + size_t(tid) * hdp_;
+      for (int item = a0; item < a1; item++) {
+        const int t = item / c.n_head, h = item % c.n_head, kvh = h / group;
+        kern_->attend(qh_.as<float>() + (size_t(t) * c.n_head + h) * hdp_, cache_row(cache_k_, slots[t], l, kvh, 0),
+                      cache_row(cache_v_, slots[t], l, kvh, 0), positions[t] + 1, hdp_, c.attn_scale, scores, hout);
+        std::memcpy(att_.as<float>() + size_t(t) * qp_ + h * c.head_dim, hout, sizeof(float) * c.head_dim);
+      }
+      pool_.barrier();
+      matmul_part(L.wo, att_.as<float>(), T, qp_, x, ep_, true, tid);
+      pool_.barrier();
+
+      rmsnorm_rows(x, L.mlp_norm.as<float>(), xn, t0, t1);
+      pool_.barrier();
+      matmul_part(L.wgate, xn, T, ep_, gate_.as<float>(), fp_, false, tid);
+      matmul_part(L.wup, xn, T, ep_, up_.as<float>(), fp_, false, tid);
+      pool_.barrier();
+      for (int t = t0; t < t1; t++)
+        kern_->silu_mul(gate_.as<float>() + size_t(t) * fp_, up_.as<float>() + size_t(t) * fp_,
+                        gate_.as<float>() + size_t(t) * fp_, fp_);
+      pool_.barrier();
+      matmul_part(L.wdown, gate_.as<float>(), T, fp_, x, ep_, true, tid);
+      pool_.barrier();
+    }
+
+    // Final norm of the requested rows, gathered to the front of xn, then lm_head and argmax.
+    auto [r0, r1] = pool_.split(R, tid);
+    for (int r = r0; r < r1; r++) {
+      const float* src = x + size_t(out_rows[r]) * ep_;
+      std::memcpy(xn_.as<float>() + size_t(r) * ep_, src, sizeof(float) * ep_);
+    }
+    rmsnorm_rows(xn, final_norm_.as<float>(), xn, r0, r1);
+    pool_.barrier();
+    matmul_part(head, xn, R, ep_, logits_.as<float>(), vocab_stride(), false, tid);
+    pool_.barrier();
+    for (int r = r0; r < r1; r++) {
+      const float* lr = logits_.as<float>() + size_t(r) * vocab_stride();
+      int best = 0;
+      for (int i = 1; i < c.vocab; i++)
+        if (lr[i] > lr[best]) best = i;
+      argmax[r] = best;
+    }
+  });
+}
+
+}  // namespace kwker

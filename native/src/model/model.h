@@ -1,0 +1,88 @@
+// The decode step of a decoder-only transformer (Llama family and its relatives), run as one native call:
+// embedding -> every layer (RMSNorm, Q/K/V, RoPE, KV-cache write, attention, O, SwiGLU MLP) -> final norm ->
+// lm_head, for T tokens that may belong to several sequences ("slots") at different positions.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "../kernels/kernels.h"
+#include "buffer.h"
+#include "threadpool.h"
+
+namespace kwker {
+
+struct Config {
+  int n_layer = 0, n_embd = 0, n_head = 0, n_kv_head = 0, head_dim = 0, n_ff = 0, vocab = 0;
+  float norm_eps = 1e-6f;
+  float attn_scale = 0.f;  // softmax scale; head_dim^-0.5 for Llama
+  WType wtype = WType::F32;
+  bool tied_embeddings = false;
+};
+
+// A weight matrix [n, k] packed as rows of kp = pad_to(k) elements of its type, zero padded; optional bias [n].
+struct Matrix {
+  Buffer data;
+  Buffer bias;
+  int n = 0, k = 0, kp = 0;
+  WType type = WType::F32;
+  const float* bias_ptr() const { return bias.size() ? bias.as<float>() : nullptr; }
+  size_t bytes() const { return size_t(n) * kp * wtype_size(type); }
+};
+
+struct Layer {
+  Buffer attn_norm, mlp_norm;  // [n_embd] float
+  Matrix wq, wk, wv, wo, wgate, wup, wdown;
+};
+
+class Model {
+ public:
+  // rope_cos/sin: [max_cache_len, head_dim / 2], the model's own tables (scaling types already applied).
+  Model(const Config& cfg, const float* rope_cos, const float* rope_sin, int max_cache_len, int n_slots,
+        int max_step_tokens, int n_threads, const std::string& isa);
+
+  // name: embed, lm_head, norm, layers.<i>.<attn_norm|q|k|v|o|mlp_norm|gate|up|down>
+  void set_matrix(const std::string& name, const void* data, WType type, int n, int k, const float* bias);
+  void set_norm(const std::string& name, const float* data, int n);
+  void check_complete() const;  // throws if a weight is missing
+
+  // Runs one step over T tokens: token t of sequence slots[t] at position positions[t]. Logits are computed
+  // for the R tokens listed in out_rows (indices into the T tokens), argmax written to argmax[R].
+  void step(const int32_t* tokens, const int32_t* slots, const int32_t* positions, int T, const int32_t* out_rows,
+            int R, int32_t* argmax);
+
+  const float* logits() const { return logits_.as<float>(); }  // [R, vocab_stride]
+  int vocab_stride() const { return pad_to(cfg_.vocab); }
+  const Config& config() const { return cfg_; }
+  int max_cache_len() const { return max_cache_; }
+  int n_slots() const { return n_slots_; }
+  int max_step_tokens() const { return max_step_; }
+  int threads() const { return pool_.size(); }
+  const char* isa() const { return kern_->name; }
+  size_t weight_bytes_per_token() const;  // bytes of weights one generated token reads
+
+ private:
+  void rmsnorm_rows(const float* x, const float* w, float* out, int t0, int t1) const;
+  void rope_and_cache(int layer, const int32_t* slots, const int32_t* positions, int t0, int t1);
+  float* cache_row(Buffer& cache, int slot, int layer, int kv_head, int pos) const;
+  void matmul_part(const Matrix& m, const float* x, int rows, int ldx, float* y, int ldy, bool accumulate, int tid);
+
+  Config cfg_;
+  const Kernels* kern_;
+  int max_cache_, n_slots_, max_step_;
+  int hdp_, ep_, qp_, kvp_, fp_;  // padded strides: head_dim, n_embd, q_dim, kv_dim, n_ff
+  ThreadPool pool_;
+
+  Matrix embed_, lm_head_;
+  Buffer final_norm_;
+  std::vector<Layer> layers_;
+  Buffer rope_cos_, rope_sin_;  // [max_cache, head_dim/2]
+  Buffer cache_k_, cache_v_;    // [slot][layer][kv_head][pos][hdp]
+
+  // scratch, [max_step, stride]
+  Buffer x_, xn_, q_, k_, v_, qh_, att_, gate_, up_, logits_;
+  Buffer scores_, head_out_;  // per thread: [pad(max_cache)], [hdp]
+};
+
+}  // namespace kwker

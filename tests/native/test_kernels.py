@@ -1,0 +1,96 @@
+"""Every ISA's kernels against the portable reference, on awkward sizes, with a named tolerance per format; and
+the property the exactness promise rests on: a row's result does not depend on how many rows share the call."""
+
+import numpy as np
+import pytest
+import torch
+
+from kwker import _native
+
+ISAS = ["generic", "avx2", "avx512"]
+SIZES = [1, 3, 7, 17, 31, 33, 127, 129]
+WTYPES = {"f32": (0, torch.float32), "bf16": (1, torch.bfloat16), "f16": (2, torch.float16)}
+EPS32 = np.finfo(np.float32).eps
+
+
+def needs(isa):
+    if not _native.isa_supported(isa):
+        pytest.skip(f"this CPU does not support {isa}")
+
+
+def weights(n, k, wtype, rng):
+    w = torch.from_numpy(rng.standard_normal((n, k)).astype(np.float32)).to(WTYPES[wtype][1])
+    exact = w.double().numpy()  # the weights as the kernel sees them, after rounding to the format
+    raw = w.numpy() if wtype == "f32" else w.view(torch.int16).numpy().view(np.uint16)
+    return raw, exact
+
+
+def gamma_bound(x, w_exact, k):
+    """Worst-case float32 rounding of a k-term dot product: k * eps * sum |x_i w_i| (Higham's gamma_k)."""
+    return (k + 2) * EPS32 * (np.abs(x).astype(np.float64) @ np.abs(w_exact).T)
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("wtype", list(WTYPES))
+@pytest.mark.parametrize("k", SIZES)
+def test_matmul_matches_float64_within_rounding_bound(isa, wtype, k):
+    needs(isa)
+    rng = np.random.default_rng(k)
+    m, n = 5, 37
+    x = rng.standard_normal((m, k)).astype(np.float32)
+    raw, exact = weights(n, k, wtype, rng)
+    bias = rng.standard_normal(n).astype(np.float32)
+    y = _native.kernel_matmul(isa, x, raw, WTYPES[wtype][0], bias)
+    ref = x.astype(np.float64) @ exact.T + bias
+    assert np.all(np.abs(y - ref) <= gamma_bound(x, exact, k) + np.abs(bias) * EPS32)
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("wtype", list(WTYPES))
+@pytest.mark.parametrize("m", [2, 3, 4, 5, 8, 9, 17, 63, 64, 65, 130])
+def test_matmul_rows_are_batch_invariant(isa, wtype, m):
+    """Row t of an m-row call equals, bit for bit, the same row computed alone."""
+    needs(isa)
+    rng = np.random.default_rng(m)
+    k, n = 129, 53
+    x = rng.standard_normal((m, k)).astype(np.float32)
+    raw, _ = weights(n, k, wtype, rng)
+    together = _native.kernel_matmul(isa, x, raw, WTYPES[wtype][0])
+    alone = np.concatenate([_native.kernel_matmul(isa, x[t:t + 1], raw, WTYPES[wtype][0]) for t in range(m)])
+    assert np.array_equal(together, alone)
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("n", SIZES)
+@pytest.mark.parametrize("hd", [2, 24, 64, 128])
+def test_attend_matches_softmax_attention(isa, n, hd):
+    needs(isa)
+    rng = np.random.default_rng(n * hd)
+    q = rng.standard_normal(hd).astype(np.float32)
+    k = rng.standard_normal((n, hd)).astype(np.float32)
+    v = rng.standard_normal((n, hd)).astype(np.float32)
+    scale = hd**-0.5
+    out = _native.kernel_attend(isa, q, k, v, scale)
+    s = (k.astype(np.float64) @ q) * scale
+    p = np.exp(s - s.max())
+    ref = (p / p.sum()) @ v
+    # softmax weights carry ~hd ulp of the score error; outputs are convex combinations of v
+    assert np.allclose(out, ref, rtol=0, atol=2e-5 * np.abs(v).max() * max(1.0, np.abs(s).max()))
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("n", SIZES)
+def test_silu_mul(isa, n):
+    needs(isa)
+    rng = np.random.default_rng(n)
+    g = (rng.standard_normal(n) * 8).astype(np.float32)  # reaches the exp clamp region too
+    u = rng.standard_normal(n).astype(np.float32)
+    out = _native.kernel_silu_mul(isa, g, u)
+    g64 = g.astype(np.float64)
+    ref = g64 / (1 + np.exp(-g64)) * u
+    assert np.allclose(out, ref, rtol=4 * EPS32, atol=1e-30)
+
+
+def test_unknown_isa_is_a_clear_error():
+    with pytest.raises(ValueError, match="unknown ISA"):
+        _native.kernel_silu_mul("sse9", np.zeros(3, np.float32), np.zeros(3, np.float32))
