@@ -75,13 +75,20 @@ def _fallback_reason(model, decoder, args, kwargs) -> str | None:
 
 @contextlib.contextmanager
 def _native_forward(model, decoder):
-    def forward(input_ids=None, attention_mask=None, position_ids=None, past_key_values=None, inputs_embeds=None,
-                use_cache=None, cache_position=None, logits_to_keep=0, **kwargs):
-        ids = input_ids[0].tolist()
-        start = int(cache_position[0]) if cache_position is not None else 0
+    cache_field = "cache" if "cache" in CausalLMOutputWithPast.__dataclass_fields__ else "past_key_values"
+
+    def forward(input_ids=None, logits_to_keep=0, **kwargs):
+        # The K/V live in the native cache. transformers' cache object only keeps the length, through tiny
+        # (1, 1, T, 1) tensors: generate reads positions from it and crops it when it rejects lookup tokens.
+        cache = kwargs.get("cache", kwargs.get("past_key_values"))
+        start = cache.get_seq_length() if cache is not None else 0
+        n = input_ids.shape[1]
         last_only = isinstance(logits_to_keep, int) and logits_to_keep == 1
-        logits = decoder.forward(ids, start=start, logits="last" if last_only else "all")
-        return CausalLMOutputWithPast(logits=logits[None], past_key_values=past_key_values)
+        logits = decoder.forward(input_ids[0].tolist(), start=start, logits="last" if last_only else "all")
+        if cache is not None:
+            stub = torch.zeros(1, 1, n, 1)
+            cache.update(stub, stub, 0)
+        return CausalLMOutputWithPast(logits=logits[None], **{cache_field: cache})
 
     model.forward = forward
     try:

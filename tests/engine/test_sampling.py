@@ -1,0 +1,85 @@
+"""Sampling: transformers' processors in its order, one uniform number per position, seeded reproducibility,
+and a chi-square test that the sampled tokens follow the softmax."""
+
+import pytest
+import torch
+from scipy.stats import chisquare
+
+from conftest import tiny_llama
+from kwker.decode import KwkDecoder
+from kwker.sampling import Sampler, SamplingParams
+
+PROMPT = torch.tensor([[5, 9, 33, 102, 7]])
+
+
+@pytest.fixture(scope="module")
+def dec():
+    return KwkDecoder(tiny_llama(hidden=96, heads=3, kv_heads=1, inter=128), max_cache_len=96)
+
+
+def sample(dec, seed, **kw):
+    return dec.generate(PROMPT, max_new_tokens=24, do_sample=True, generator=torch.Generator().manual_seed(seed),
+                        **kw)
+
+
+def test_same_seed_same_tokens(dec):
+    a = sample(dec, 7, temperature=0.9, top_p=0.95)
+    b = sample(dec, 7, temperature=0.9, top_p=0.95)
+    c = sample(dec, 8, temperature=0.9, top_p=0.95)
+    assert torch.equal(a, b)
+    assert not torch.equal(a, c)
+
+
+def test_top_k_1_is_greedy(dec):
+    assert torch.equal(sample(dec, 3, top_k=1), dec.generate(PROMPT, max_new_tokens=24))
+
+
+def test_greedy_with_processors_matches_transformers():
+    model = tiny_llama(hidden=96, heads=3, kv_heads=1, inter=128)
+    dec = KwkDecoder(model, max_cache_len=96)
+    ours = dec.generate(PROMPT, max_new_tokens=32, repetition_penalty=1.3, min_new_tokens=32)
+    theirs = model.generate(PROMPT, attention_mask=torch.ones_like(PROMPT), max_new_tokens=32, do_sample=False,
+                            repetition_penalty=1.3, min_new_tokens=32, pad_token_id=0)
+    assert torch.equal(ours, theirs)
+
+
+def test_sampled_first_token_follows_softmax(dec):
+    """20000 draws of the first new token at temperature 1.5 against the model's own softmax."""
+    logits = dec.forward(PROMPT)[-1]
+    probs = torch.softmax(logits.double() / 1.5, dim=-1)
+    sampler = Sampler(SamplingParams(do_sample=True, temperature=1.5), PROMPT.shape[1],
+                      torch.Generator().manual_seed(0))
+    n = 20000
+    counts = torch.zeros_like(probs)
+    for _ in range(n):
+        counts[sampler.choose(logits, PROMPT, sampler.draw())] += 1
+    expected = probs * n
+    big = expected >= 5  # chi-square needs >= 5 expected per bin: pool the rest into one bin
+    obs = torch.cat([counts[big], counts[~big].sum()[None]])
+    exp = torch.cat([expected[big], expected[~big].sum()[None]])
+    assert chisquare(obs.numpy(), exp.numpy()).pvalue > 1e-3
+
+
+def test_generate_uses_one_draw_per_position(dec):
+    """The first sampled token of generate() equals the sampler's choice for the generator's first draw."""
+    for seed in range(20):
+        logits = dec.forward(PROMPT)[-1]
+        probs = torch.softmax(logits.double(), dim=-1)
+        u = float(torch.rand((), generator=torch.Generator().manual_seed(seed), dtype=torch.float64))
+        expected = int(torch.searchsorted(torch.cumsum(probs, 0), torch.tensor([u]), right=True))
+        assert int(sample(dec, seed)[0, PROMPT.shape[1]]) == expected
+
+
+@pytest.mark.parametrize("kw, message", [
+    (dict(temperature=0.0), "temperature"),
+    (dict(temperature=-1.0), "temperature"),
+    (dict(top_p=1.5), "top_p"),
+    (dict(top_p=0.0), "top_p"),
+    (dict(top_k=-3), "top_k"),
+    (dict(min_p=2.0), "min_p"),
+    (dict(repetition_penalty=0.0), "repetition_penalty"),
+    (dict(min_new_tokens=-1), "min_new_tokens"),
+])
+def test_invalid_sampling_values(dec, kw, message):
+    with pytest.raises(ValueError, match=message):
+        sample(dec, 0, **kw)

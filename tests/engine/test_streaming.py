@@ -1,0 +1,72 @@
+"""stream_generate: chunks, closing stops generation, KV-cache reuse across calls, UTF-8 safe text pieces."""
+
+import torch
+
+from conftest import tiny_llama
+from kwker.decode import KwkDecoder
+from kwker.streaming import StreamingDetokenizer
+
+PROMPT = [4, 8, 15, 16, 23, 42]
+
+
+def make():
+    return KwkDecoder(tiny_llama(hidden=64, heads=2, kv_heads=1, inter=96), max_cache_len=128)
+
+
+def test_stream_matches_generate_and_reports_stats():
+    dec = make()
+    chunks = list(dec.stream_generate(PROMPT, max_new_tokens=10, eos_token_id=[]))
+    assert [c.token for c in chunks] == dec.generate(PROMPT, max_new_tokens=10, eos_token_id=[])[0, 6:].tolist()
+    assert [c.finish_reason for c in chunks] == [None] * 9 + ["length"]
+    stats = chunks[-1].stats
+    assert stats.new_tokens == 10 and stats.steps == 9 and stats.prompt_tokens == 6
+
+
+def test_closing_the_stream_stops_and_keeps_the_cache_consistent():
+    dec = make()
+    full = dec.generate(PROMPT, max_new_tokens=12, eos_token_id=[])[0].tolist()
+    stream = dec.stream_generate(PROMPT, max_new_tokens=12, eos_token_id=[])
+    first = [next(stream).token for _ in range(4)]
+    stream.close()
+    assert first == full[6:10]
+    assert dec.last_stats.new_tokens == 4
+    # continuing from the partial text reuses its cache and gives the same continuation
+    cont = dec.generate(PROMPT + first, max_new_tokens=8, eos_token_id=[])[0].tolist()
+    assert dec.last_stats.reused_prompt_tokens == len(PROMPT) + 3
+    assert cont == full[:18]
+
+
+def test_chat_turn_reuses_the_history():
+    dec = make()
+    turn1 = dec.generate(PROMPT, max_new_tokens=5, eos_token_id=[])[0].tolist()
+    history = turn1 + [99, 100, 101]
+    turn2 = dec.generate(history, max_new_tokens=5, eos_token_id=[])[0].tolist()
+    assert dec.last_stats.reused_prompt_tokens == len(turn1) - 1  # the last answer token was never fed
+    dec.reset()
+    assert dec.generate(history, max_new_tokens=5, eos_token_id=[])[0].tolist() == turn2
+    assert dec.last_stats.reused_prompt_tokens == 0
+
+
+def test_eos_ends_the_stream():
+    dec = make()
+    free = dec.generate(PROMPT, max_new_tokens=6, eos_token_id=[])[0, 6:].tolist()
+    eos = free[-1]
+    chunks = list(dec.stream_generate(PROMPT, max_new_tokens=6, eos_token_id=eos))
+    assert [c.token for c in chunks] == free[:free.index(eos) + 1]
+    assert chunks[-1].finish_reason == "eos"
+
+
+class ByteTokenizer:
+    """Token i is byte i; decode() shows an incomplete UTF-8 sequence as U+FFFD, as real tokenizers do."""
+
+    def decode(self, ids, skip_special_tokens=True):
+        return bytes(ids).decode("utf-8", errors="replace")
+
+
+def test_detokenizer_never_emits_half_a_character():
+    detok = StreamingDetokenizer(ByteTokenizer())
+    text = "héllo\n€ ok"
+    pieces = [detok.add(b) for b in text.encode()]
+    assert "".join(pieces) + detok.flush() == text
+    assert all("\ufffd" not in p for p in pieces)
+    assert pieces[1] == "" and pieces[2] == "é"  # held back until the second byte arrives
