@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "../kernels/kernels.h"
+#include "../model/roofline.h"
 
 namespace py = pybind11;
 
@@ -33,20 +34,23 @@ py::array_t<float> kernel_matmul(const std::string& isa, F32Array x, py::array w
   const size_t es = wtype_size(t);
   if (size_t(w.itemsize()) != es) throw std::invalid_argument("weight element size does not match wtype");
   auto wc = py::array::ensure(w, py::array::c_style);
-  std::vector<char> wp(size_t(n) * kp * es, 0);
-  for (int r = 0; r < n; r++)
-    std::memcpy(&wp[size_t(r) * kp * es], static_cast<const char*>(wc.data()) + size_t(r) * k * es, size_t(k) * es);
+  std::vector<char> wp(panel_bytes(t, n, k));
+  pack_panels(wc.data(), t, n, k, wp.data());
+  const int np = pad_to(n, kPanel);
   std::vector<float> b;
   if (!bias.is_none()) {
     F32Array ba = bias.cast<F32Array>();
-    b.assign(ba.data(), ba.data() + n);
+    b.assign(np, 0.f);
+    std::copy(ba.data(), ba.data() + n, b.begin());
   }
-  py::array_t<float> y({m, n});
+  std::vector<float> yp(size_t(m) * np);
   {
     py::gil_scoped_release release;
-    kern.matmul[wtype](xp.data(), m, kp, wp.data(), kp, 0, n, y.mutable_data(), n, b.empty() ? nullptr : b.data(),
+    kern.matmul[wtype](xp.data(), m, kp, wp.data(), kp, 0, np / kPanel, yp.data(), np, b.empty() ? nullptr : b.data(),
                        false);
   }
+  py::array_t<float> y({m, n});
+  for (int r = 0; r < m; r++) std::memcpy(y.mutable_data() + size_t(r) * n, &yp[size_t(r) * np], sizeof(float) * n);
   return y;
 }
 
@@ -79,6 +83,20 @@ py::array_t<float> kernel_silu_mul(const std::string& isa, F32Array gate, F32Arr
 void register_kernels(py::module_& m) {
   m.def("isa_supported", &isa_supported, py::arg("isa"), "Whether this CPU runs the given ISA's kernels.");
   m.def("isa_best", &isa_best, "The best ISA this CPU runs.");
+  m.def(
+      "measure_read_bandwidth",
+      [](size_t bytes, int threads, int repeats) {
+        py::gil_scoped_release release;
+        return measure_read_bandwidth(bytes, threads, repeats);
+      },
+      py::arg("bytes"), py::arg("threads"), py::arg("repeats") = 8, "Best read GB/s over a buffer of `bytes`.");
+  m.def(
+      "measure_fma_peak",
+      [](int threads) {
+        py::gil_scoped_release release;
+        return measure_fma_peak(threads);
+      },
+      py::arg("threads"), "Best float32 FMA GFLOP/s (AVX2, 12 accumulators in registers).");
   m.def("kernel_matmul", &kernel_matmul, py::arg("isa"), py::arg("x"), py::arg("w"), py::arg("wtype"),
         py::arg("bias") = py::none());
   m.def("kernel_attend", &kernel_attend, py::arg("isa"), py::arg("q"), py::arg("k"), py::arg("v"), py::arg("scale"));

@@ -10,8 +10,8 @@ namespace {
 struct Avx2 {
   using reg = __m256;
   static constexpr int W = 8;
-  static constexpr int TB = 4, NB = 3;  // 12 accumulators + 3 weights + 1 activation of 16 ymm registers
-  static constexpr int NB_GEMV = 8;
+  static constexpr int TB = 6;       // tokens per tile: 6 x 2 accumulators + weights + a broadcast
+  static constexpr int NP_GEMV = 4;  // panels per GEMV tile: enough independent FMA chains to hide latency
 
   static reg zero() { return _mm256_setzero_ps(); }
   static reg load(const float* p) { return _mm256_loadu_ps(p); }

@@ -10,8 +10,8 @@ namespace {
 struct Avx512 {
   using reg = __m512;
   static constexpr int W = 16;
-  static constexpr int TB = 4, NB = 6;  // 24 accumulators + 6 weights + 1 activation of 32 zmm registers
-  static constexpr int NB_GEMV = 8;
+  static constexpr int TB = 12;      // tokens per tile: 12 x 1 accumulators + weights + a broadcast
+  static constexpr int NP_GEMV = 8;  // panels per GEMV tile: enough independent FMA chains to hide latency
 
   static reg zero() { return _mm512_setzero_ps(); }
   static reg load(const float* p) { return _mm512_loadu_ps(p); }

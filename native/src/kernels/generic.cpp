@@ -35,23 +35,37 @@ float f16_to_f32(uint16_t h) {
   return f;
 }
 
-namespace {
-
-template <WType T>
-float weight_at(const void* w, size_t i) {
-  if constexpr (T == WType::F32) return static_cast<const float*>(w)[i];
-  if constexpr (T == WType::BF16) return bf16_to_f32(static_cast<const uint16_t*>(w)[i]);
-  if constexpr (T == WType::F16) return f16_to_f32(static_cast<const uint16_t*>(w)[i]);
+float weight_to_f32(const void* data, WType t, size_t i) {
+  switch (t) {
+    case WType::F32: return static_cast<const float*>(data)[i];
+    case WType::BF16: return bf16_to_f32(static_cast<const uint16_t*>(data)[i]);
+    case WType::F16: return f16_to_f32(static_cast<const uint16_t*>(data)[i]);
+  }
   return 0.f;
 }
 
+size_t panel_bytes(WType t, int n, int k) { return size_t(pad_to(n, kPanel)) * pad_to(k) * wtype_size(t); }
+
+void pack_panels(const void* src, WType t, int n, int k, void* dst) {
+  const size_t es = wtype_size(t);
+  const int kp = pad_to(k);
+  std::memset(dst, 0, panel_bytes(t, n, k));
+  for (int r = 0; r < n; r++)
+    for (int c = 0; c < k; c++)
+      std::memcpy(static_cast<char*>(dst) + panel_index(r, c, kp) * es,
+                  static_cast<const char*>(src) + (size_t(r) * k + c) * es, es);
+}
+
+namespace {
+
+// One fused multiply-add chain per output over k in order: the contract every ISA's kernel meets bit for bit.
 template <WType T>
-void matmul_generic(const float* x, int m, int ldx, const void* w, int kp, int n0, int n1, float* y, int ldy,
+void matmul_generic(const float* x, int m, int ldx, const void* w, int kp, int p0, int p1, float* y, int ldy,
                     const float* bias, bool accumulate) {
   for (int t = 0; t < m; t++) {
-    for (int n = n0; n < n1; n++) {
+    for (int n = p0 * kPanel; n < p1 * kPanel; n++) {
       float s = 0.f;
-      for (int k = 0; k < kp; k++) s += x[size_t(t) * ldx + k] * weight_at<T>(w, size_t(n) * kp + k);
+      for (int k = 0; k < kp; k++) s = std::fma(x[size_t(t) * ldx + k], weight_to_f32(w, T, panel_index(n, k, kp)), s);
       if (bias) s += bias[n];
       float* out = y + size_t(t) * ldy + n;
       *out = accumulate ? *out + s : s;

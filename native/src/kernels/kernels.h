@@ -1,11 +1,14 @@
 // Kernel interface: one table of function pointers per instruction set, chosen once at runtime.
 //
 // Layout contract (the packing done at load makes it hold):
-//   * every activation row and every weight row is padded with zeros to a multiple of kPad floats/elements,
-//     so kernels never handle a K tail;
-//   * each output element is computed by exactly one call, with a reduction order that depends only on K,
-//     never on how many rows (tokens) or which thread share the call. This is what makes a token's logits
-//     identical, bit for bit, whether it is decoded alone, inside a k-token verify step or in prefill.
+//   * activation rows are padded with zeros to a multiple of kPad floats, and so is every output row;
+//   * weight matrices [n, k] are packed in panels of kPanel rows: [n_pad / kPanel][kp][kPanel], so that one
+//     load brings kPanel outputs' weights for one k (the layout an outer-product kernel streams);
+//   * each output element is one chain of fused multiply-adds over k = 0, 1, ..., kp-1 in order, starting from
+//     +0. Tile shapes only decide how many chains run side by side, so a token's result does not depend on how
+//     many tokens share the call, nor on the thread, nor even on the ISA (the reference uses std::fma in the
+//     same order). This is what makes a token's logits identical, bit for bit, alone, inside a k-token verify
+//     step, in a batch or in prefill.
 #pragma once
 
 #include <cstddef>
@@ -14,7 +17,8 @@
 
 namespace kwker {
 
-constexpr int kPad = 16;  // floats; one AVX-512 register, two AVX2 registers
+constexpr int kPad = 16;    // floats; one AVX-512 register, two AVX2 registers
+constexpr int kPanel = 16;  // weight rows per packed panel
 
 inline int pad_to(int n, int m = kPad) { return (n + m - 1) / m * m; }
 
@@ -22,10 +26,10 @@ enum class WType : int { F32 = 0, BF16 = 1, F16 = 2 };
 
 inline size_t wtype_size(WType t) { return t == WType::F32 ? 4 : 2; }
 
-// y[t, n] (+)= sum_k x[t, k] * w[n, k] + bias[n]  for t < m, n0 <= n < n1.
-//   x: [m, ldx] float, w: [N, kp] of the weight type, y: [m, ldy], bias: [N] or null.
-//   accumulate=true adds the result to y (the residual connection is the epilogue).
-using MatmulFn = void (*)(const float* x, int m, int ldx, const void* w, int kp, int n0, int n1, float* y, int ldy,
+// y[t, n] (+)= sum_k x[t, k] * w[n, k] + bias[n]  for t < m and the panels p0 <= p < p1 (n = p * kPanel + i).
+//   x: [m, ldx] float, w: panels [.., kp, kPanel] of the weight type, y: [m, ldy] with ldy >= p1 * kPanel,
+//   bias: [p1 * kPanel] (zero padded) or null. accumulate=true adds to y (the residual connection as epilogue).
+using MatmulFn = void (*)(const float* x, int m, int ldx, const void* w, int kp, int p0, int p1, float* y, int ldy,
                           const float* bias, bool accumulate);
 
 // out[hdp] = softmax(scale * q . k_i for i < n) weighted sum of v_i.
@@ -61,5 +65,12 @@ inline float bf16_to_f32(uint16_t h) {
 }
 
 float f16_to_f32(uint16_t h);
+float weight_to_f32(const void* data, WType t, size_t i);
+
+// Packs a row-major [n, k] matrix (element size of t) into zeroed panels; returns the byte size it needs.
+size_t panel_bytes(WType t, int n, int k);
+void pack_panels(const void* src, WType t, int n, int k, void* dst);
+// Element (r, c) of a packed matrix.
+inline size_t panel_index(int r, int c, int kp) { return (size_t(r / kPanel) * kp + c) * kPanel + r % kPanel; }
 
 }  // namespace kwker

@@ -1,11 +1,11 @@
 // The SIMD kernels, written once over a vector-traits class V and instantiated per ISA (avx2.cpp, avx512.cpp).
 //
-// V provides: reg, W (floats per register), TB x NB (register tile for multi-row matmul), NB_GEMV (rows per tile
-// when m == 1), zero/load/store/set1/fma/mul/div/sub, hsum (a fixed reduction tree), exp, load_w<WType>.
+// V provides: reg, W (floats per register), TB (tokens per register tile in the multi-row matmul), NP_GEMV
+// (panels per tile when m == 1), zero/load/store/set1/fma/add/mul/div/sub/min/max/round/pow2i, hsum (a fixed
+// reduction tree), exp, load_w<WType> (W weights as floats).
 //
-// Batch invariance: every output element y[t, n] is accumulated in ONE register, over k in steps of W, in
-// increasing k, then reduced by V::hsum. Tile shapes only decide how many such chains run side by side, so the
-// 1-row GEMV, the k-row verify and the prefill GEMM give the same bits for the same row.
+// Batch invariance: see kernels.h. The matmul keeps one lane per output element, a chain of FMAs over k in order;
+// the attention keeps one register chain per (query, key) dot product and per output column.
 #pragma once
 
 #include <algorithm>
@@ -15,68 +15,67 @@
 
 namespace kwker::simd {
 
-template <class V, WType T, int TB, int NB>
-inline void matmul_tile(const float* x, int ldx, const void* w, int kp, int n, float* y, int ldy, const float* bias,
+// A register tile: TB tokens x NP panels (NP * kPanel outputs). Per k: the panels' weights are loaded once, each
+// token's x[t, k] is broadcast, and every accumulator takes one fused multiply-add (an outer product).
+template <class V, WType T, int TB, int NP>
+inline void matmul_tile(const float* x, int ldx, const void* w, int kp, int p, float* y, int ldy, const float* bias,
                         bool accumulate) {
   using R = typename V::reg;
-  R acc[TB][NB];
-#pragma GCC unroll 8
+  constexpr int RP = kPanel / V::W;  // registers per panel
+  R acc[TB][NP * RP];
+#pragma GCC unroll 16
   for (int t = 0; t < TB; t++)
-#pragma GCC unroll 8
-    for (int j = 0; j < NB; j++) acc[t][j] = V::zero();
-  const size_t row0 = size_t(n) * kp;
-  for (int k = 0; k < kp; k += V::W) {
-    R wv[NB];
-#pragma GCC unroll 8
-    for (int j = 0; j < NB; j++) wv[j] = V::template load_w<T>(w, row0 + size_t(j) * kp + k);
-#pragma GCC unroll 8
+#pragma GCC unroll 16
+    for (int j = 0; j < NP * RP; j++) acc[t][j] = V::zero();
+  for (int k = 0; k < kp; k++) {
+    R wv[NP * RP];
+#pragma GCC unroll 16
+    for (int j = 0; j < NP * RP; j++)
+      wv[j] = V::template load_w<T>(w, (size_t(p + j / RP) * kp + k) * kPanel + (j % RP) * V::W);
+#pragma GCC unroll 16
     for (int t = 0; t < TB; t++) {
-      R xv = V::load(x + size_t(t) * ldx + k);
-#pragma GCC unroll 8
-      for (int j = 0; j < NB; j++) acc[t][j] = V::fma(xv, wv[j], acc[t][j]);
+      R xb = V::set1(x[size_t(t) * ldx + k]);
+#pragma GCC unroll 16
+      for (int j = 0; j < NP * RP; j++) acc[t][j] = V::fma(xb, wv[j], acc[t][j]);
     }
   }
+  const int n0 = p * kPanel;
+#pragma GCC unroll 16
   for (int t = 0; t < TB; t++) {
-    for (int j = 0; j < NB; j++) {
-      float s = V::hsum(acc[t][j]);
-      if (bias) s += bias[n + j];
-      float* out = y + size_t(t) * ldy + n + j;
-      *out = accumulate ? *out + s : s;
+    float* yr = y + size_t(t) * ldy + n0;
+#pragma GCC unroll 16
+    for (int j = 0; j < NP * RP; j++) {
+      R r = acc[t][j];
+      if (bias) r = V::add(r, V::load(bias + n0 + j * V::W));
+      if (accumulate) r = V::add(V::load(yr + j * V::W), r);
+      V::store(yr + j * V::W, r);
     }
   }
 }
 
-// Tokens per cache block in the multi-row path: a block of x rows stays in L2 while the weights stream by.
-constexpr int kRowBlock = 64;
+// Tokens per cache block in the multi-row path: a block of x rows stays in cache while the panels stream by.
+constexpr int kRowBlock = 48;
 
 template <class V, WType T>
-void matmul(const float* x, int m, int ldx, const void* w, int kp, int n0, int n1, float* y, int ldy,
+void matmul(const float* x, int m, int ldx, const void* w, int kp, int p0, int p1, float* y, int ldy,
             const float* bias, bool accumulate) {
-  constexpr int TB = V::TB, NB = V::NB, NBV = V::NB_GEMV;
+  constexpr int TB = V::TB, NPV = V::NP_GEMV;
   if (m == 1) {
-    int n = n0;
-    for (; n + NBV <= n1; n += NBV) matmul_tile<V, T, 1, NBV>(x, ldx, w, kp, n, y, ldy, bias, accumulate);
-    for (; n < n1; n++) matmul_tile<V, T, 1, 1>(x, ldx, w, kp, n, y, ldy, bias, accumulate);
+    int p = p0;
+    for (; p + NPV <= p1; p += NPV) matmul_tile<V, T, 1, NPV>(x, ldx, w, kp, p, y, ldy, bias, accumulate);
+    for (; p < p1; p++) matmul_tile<V, T, 1, 1>(x, ldx, w, kp, p, y, ldy, bias, accumulate);
     return;
   }
   for (int m0 = 0; m0 < m; m0 += kRowBlock) {
     const int mc = std::min(kRowBlock, m - m0);
     const float* xb = x + size_t(m0) * ldx;
     float* yb = y + size_t(m0) * ldy;
-    int n = n0;
-    for (; n + NB <= n1; n += NB) {
+    for (int p = p0; p < p1; p++) {
       int t = 0;
       for (; t + TB <= mc; t += TB)
-        matmul_tile<V, T, TB, NB>(xb + size_t(t) * ldx, ldx, w, kp, n, yb + size_t(t) * ldy, ldy, bias, accumulate);
+        matmul_tile<V, T, TB, 1>(xb + size_t(t) * ldx, ldx, w, kp, p, yb + size_t(t) * ldy, ldy, bias, accumulate);
       for (; t < mc; t++)
-        matmul_tile<V, T, 1, NB>(xb + size_t(t) * ldx, ldx, w, kp, n, yb + size_t(t) * ldy, ldy, bias, accumulate);
-    }
-    for (; n < n1; n++) {
-      int t = 0;
-      for (; t + TB <= mc; t += TB)
-        matmul_tile<V, T, TB, 1>(xb + size_t(t) * ldx, ldx, w, kp, n, yb + size_t(t) * ldy, ldy, bias, accumulate);
-      for (; t < mc; t++)
-        matmul_tile<V, T, 1, 1>(xb + size_t(t) * ldx, ldx, w, kp, n, yb + size_t(t) * ldy, ldy, bias, accumulate);
+        matmul_tile<V, T, 1, 1>(xb + size_t(t) * ldx, ldx, w, kp, p, yb + size_t(t) * ldy, ldy, bias, accumulate);
     }
   }
 }

@@ -6,22 +6,6 @@
 
 namespace kwker {
 
-namespace {
-
-float weight_to_f32(const void* data, WType t, size_t i) {
-  switch (t) {
-    case WType::F32: return static_cast<const float*>(data)[i];
-    case WType::BF16: return bf16_to_f32(static_cast<const uint16_t*>(data)[i]);
-    case WType::F16: return f16_to_f32(static_cast<const uint16_t*>(data)[i]);
-  }
-  return 0.f;
-}
-
-// Matmul output columns are split between threads in multiples of this, so that tiles stay whole.
-constexpr int kColAlign = 24;
-
-}  // namespace
-
 Model::Model(const Config& cfg, const float* rope_cos, const float* rope_sin, int max_cache_len, int n_slots,
              int max_step_tokens, int n_threads, const std::string& isa)
     : cfg_(cfg),
@@ -93,14 +77,11 @@ void Model::set_matrix(const std::string& name, const void* data, WType type, in
     throw std::invalid_argument("weight " + name + " has shape [" + std::to_string(n) + ", " + std::to_string(k) +
                                 "], expected [" + std::to_string(want_n) + ", " + std::to_string(want_k) + "]");
   m->n = n, m->k = k, m->kp = pad_to(k), m->type = type;
-  const size_t es = wtype_size(type);
   m->data = Buffer(m->bytes());
-  for (int r = 0; r < n; r++)
-    std::memcpy(m->data.as<char>() + size_t(r) * m->kp * es, static_cast<const char*>(data) + size_t(r) * k * es,
-                size_t(k) * es);
+  pack_panels(data, type, n, k, m->data.as<void>());
   m->bias = Buffer();
   if (bias) {
-    m->bias = Buffer(sizeof(float) * n);
+    m->bias = Buffer(sizeof(float) * pad_to(n, kPanel));
     std::memcpy(m->bias.as<float>(), bias, sizeof(float) * n);
   }
 }
@@ -193,9 +174,9 @@ void Model::rope_and_cache(int layer, const int32_t* slots, const int32_t* posit
 
 void Model::matmul_part(const Matrix& m, const float* x, int rows, int ldx, float* y, int ldy, bool accumulate,
                         int tid) {
-  auto [n0, n1] = pool_.split(m.n, tid, kColAlign);
-  if (n0 < n1)
-    kern_->matmul[int(m.type)](x, rows, ldx, m.data.as<void>(), m.kp, n0, n1, y, ldy, m.bias_ptr(), accumulate);
+  auto [p0, p1] = pool_.split(pad_to(m.n, kPanel) / kPanel, tid);
+  if (p0 < p1)
+    kern_->matmul[int(m.type)](x, rows, ldx, m.data.as<void>(), m.kp, p0, p1, y, ldy, m.bias_ptr(), accumulate);
 }
 
 void Model::step(const int32_t* tokens, const int32_t* slots, const int32_t* positions, int T,
@@ -210,8 +191,8 @@ void Model::step(const int32_t* tokens, const int32_t* slots, const int32_t* pos
     auto [t0, t1] = pool_.split(T, tid);
     for (int t = t0; t < t1; t++) {
       float* row = x + size_t(t) * ep_;
-      const size_t base = size_t(tokens[t]) * embed_.kp;
-      for (int i = 0; i < c.n_embd; i++) row[i] = weight_to_f32(embed_.data.as<void>(), embed_.type, base + i);
+      for (int i = 0; i < c.n_embd; i++)
+        row[i] = weight_to_f32(embed_.data.as<void>(), embed_.type, panel_index(tokens[t], i, embed_.kp));
     }
     pool_.barrier();
 

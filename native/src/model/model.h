@@ -21,14 +21,14 @@ struct Config {
   bool tied_embeddings = false;
 };
 
-// A weight matrix [n, k] packed as rows of kp = pad_to(k) elements of its type, zero padded; optional bias [n].
+// A weight matrix [n, k] packed in panels (kernels.h), k padded to kp; optional bias [n] zero padded to a panel.
 struct Matrix {
   Buffer data;
   Buffer bias;
   int n = 0, k = 0, kp = 0;
   WType type = WType::F32;
   const float* bias_ptr() const { return bias.size() ? bias.as<float>() : nullptr; }
-  size_t bytes() const { return size_t(n) * kp * wtype_size(type); }
+  size_t bytes() const { return panel_bytes(type, n, k); }
 };
 
 struct Layer {

@@ -1,0 +1,92 @@
+#include "roofline.h"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+
+#include "../kernels/kernels.h"
+#include "buffer.h"
+#include "threadpool.h"
+
+namespace kwker {
+
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+__attribute__((target("avx2"))) float sum_avx2(const float* p, size_t n) {
+  __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+  for (size_t i = 0; i + 32 <= n; i += 32) {
+    a0 = _mm256_add_ps(a0, _mm256_load_ps(p + i));
+    a1 = _mm256_add_ps(a1, _mm256_load_ps(p + i + 8));
+    a2 = _mm256_add_ps(a2, _mm256_load_ps(p + i + 16));
+    a3 = _mm256_add_ps(a3, _mm256_load_ps(p + i + 24));
+  }
+  __m256 s = _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3));
+  float out[8];
+  _mm256_storeu_ps(out, s);
+  return out[0] + out[7];
+}
+
+float sum_scalar(const float* p, size_t n) {
+  float s = 0.f;
+  for (size_t i = 0; i < n; i += 16) s += p[i];
+  return s;
+}
+
+__attribute__((target("avx2,fma"))) float fma_loop_avx2(long iters) {
+  __m256 a[12];
+  for (int j = 0; j < 12; j++) a[j] = _mm256_set1_ps(float(j));
+  const __m256 b = _mm256_set1_ps(0.999f), c = _mm256_set1_ps(0.001f);
+  for (long i = 0; i < iters; i++)
+    for (int j = 0; j < 12; j++) a[j] = _mm256_fmadd_ps(a[j], b, c);
+  float out[8];
+  __m256 s = a[0];
+  for (int j = 1; j < 12; j++) s = _mm256_add_ps(s, a[j]);
+  _mm256_storeu_ps(out, s);
+  return out[0];
+}
+
+}  // namespace
+
+double measure_read_bandwidth(size_t bytes, int n_threads, int repeats) {
+  const size_t n = bytes / sizeof(float) / 32 * 32;
+  Buffer buf(n * sizeof(float));
+  float* p = buf.as<float>();
+  for (size_t i = 0; i < n; i++) p[i] = 1.f;
+  const bool avx2 = isa_supported("avx2");
+  ThreadPool pool(n_threads);
+  std::atomic<float> sink{0.f};
+  double best = 0;
+  for (int r = 0; r < repeats; r++) {
+    auto t0 = std::chrono::steady_clock::now();
+    pool.run([&](int tid) {
+      auto [b, e] = pool.split(int(n / 32), tid);
+      const float* q = p + size_t(b) * 32;
+      const size_t len = size_t(e - b) * 32;
+      sink.store(avx2 ? sum_avx2(q, len) : sum_scalar(q, len), std::memory_order_relaxed);
+    });
+    best = std::max(best, n * sizeof(float) / seconds_since(t0) / 1e9);
+  }
+  return best;
+}
+
+double measure_fma_peak(int n_threads) {
+  if (!isa_supported("avx2")) return 0.0;
+  ThreadPool pool(n_threads);
+  const long iters = 20'000'000;
+  std::atomic<float> sink{0.f};
+  double best = 0;
+  for (int r = 0; r < 3; r++) {
+    auto t0 = std::chrono::steady_clock::now();
+    pool.run([&](int) { sink.store(fma_loop_avx2(iters), std::memory_order_relaxed); });
+    best = std::max(best, double(n_threads) * iters * 12 * 8 * 2 / seconds_since(t0) / 1e9);
+  }
+  return best;
+}
+
+}  // namespace kwker
