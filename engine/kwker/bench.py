@@ -1,0 +1,233 @@
+"""`kwker bench`: prefill (pp) and generation (tg) tokens/s of Kwker and its peers, run alternately in one process
+on the same weights and threads, with the machine's measured roofline.
+
+Definitions (the same for every engine):
+  pp<N>: N prompt tokens evaluated from an empty cache, N / seconds.
+  tg<N>: after a 16-token prompt, N tokens decoded one at a time, (N - 1) / seconds of decoding (the first token
+         comes out of the prompt's evaluation).
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import resource
+import statistics
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from kwker import _native
+
+GGUF_FORMAT = {None: "F32", "fp32": "F32", "bf16": "BF16", "balanced": "Q8_0", "int4": "Q4_0"}
+TORCH_DTYPE = {None: torch.float32, "fp32": torch.float32, "bf16": torch.bfloat16}
+
+
+def prompt_tokens(n: int, vocab: int, seed: int = 0) -> list[int]:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(10, min(vocab, 32000), (n,), generator=g).tolist()
+
+
+@dataclass
+class Result:
+    engine: str
+    test: str
+    values: list[float] = field(default_factory=list)
+    bytes_per_token: int = 0
+
+    @property
+    def mean(self) -> float:
+        return statistics.fmean(self.values)
+
+    @property
+    def sd(self) -> float:
+        return statistics.stdev(self.values) if len(self.values) > 1 else 0.0
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.values)
+
+
+class KwkerEngine:
+    name = "kwker"
+
+    def __init__(self, model, precision, threads, max_cache_len):
+        from kwker.decode import KwkDecoder
+
+        self.dec = KwkDecoder(model, max_cache_len=max_cache_len, precision=precision, threads=threads)
+        self.bytes_per_token = self.dec.weight_bytes_per_token
+
+    def pp(self, tokens):
+        self.dec.reset()
+        t0 = time.perf_counter()
+        self.dec.forward(tokens, logits="last")
+        return len(tokens) / (time.perf_counter() - t0)
+
+    def tg(self, prompt, n):
+        self.dec.reset()
+        self.dec.generate(prompt, max_new_tokens=n, eos_token_id=[])
+        return self.dec.last_stats.tokens_per_s
+
+
+class TransformersEngine:
+    name = "transformers"
+
+    def __init__(self, model, precision, threads):
+        self.model = model.to(TORCH_DTYPE[precision])
+        torch.set_num_threads(threads)
+        self.bytes_per_token = sum(p.numel() * p.element_size() for p in model.parameters()
+                                   if p.dim() == 2 and p is not model.get_input_embeddings().weight)
+        if model.lm_head.weight is model.get_input_embeddings().weight:
+            self.bytes_per_token += model.lm_head.weight.numel() * model.lm_head.weight.element_size()
+
+    @torch.no_grad()
+    def pp(self, tokens):
+        ids = torch.tensor([tokens])
+        t0 = time.perf_counter()
+        self.model(ids, logits_to_keep=1)
+        return len(tokens) / (time.perf_counter() - t0)
+
+    @torch.no_grad()
+    def _generate(self, ids, n):
+        t0 = time.perf_counter()
+        self.model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=n, min_new_tokens=n,
+                            do_sample=False, pad_token_id=0)
+        return time.perf_counter() - t0
+
+    def tg(self, prompt, n):
+        ids = torch.tensor([prompt])
+        first = self._generate(ids, 1)
+        return (n - 1) / (self._generate(ids, n) - first)
+
+
+class LlamaCppEngine:
+    name = "llama.cpp"
+
+    def __init__(self, gguf_path, threads, n_ctx):
+        from llama_cpp import Llama
+
+        self.llm = Llama(model_path=str(gguf_path), n_ctx=n_ctx, n_batch=512, n_ubatch=512, n_threads=threads,
+                         n_threads_batch=threads, verbose=False)
+        self.bytes_per_token = _gguf_matrix_bytes(gguf_path)
+
+    def pp(self, tokens):
+        self.llm.reset()
+        t0 = time.perf_counter()
+        self.llm.eval(tokens)
+        return len(tokens) / (time.perf_counter() - t0)
+
+    def tg(self, prompt, n):
+        self.llm.reset()
+        self.llm.eval(prompt)
+        tok = prompt[-1]
+        t0 = time.perf_counter()
+        for _ in range(n - 1):
+            self.llm.eval([tok])
+        return (n - 1) / (time.perf_counter() - t0)
+
+
+def _gguf_matrix_bytes(path) -> int:
+    import gguf
+
+    reader = gguf.GGUFReader(path)
+    total = sum(int(t.n_bytes) for t in reader.tensors if len(t.shape) >= 2 and t.name != "token_embd.weight")
+    if not any(t.name == "output.weight" for t in reader.tensors):  # tied: the embedding is the output matrix
+        total += next(int(t.n_bytes) for t in reader.tensors if t.name == "token_embd.weight")
+    return total
+
+
+def machine_limits(threads: int) -> dict:
+    return {
+        "read_gb_s_1_thread": _native.measure_read_bandwidth(512 << 20, 1, 4),
+        f"read_gb_s_{threads}_threads": _native.measure_read_bandwidth(512 << 20, threads, 4),
+        f"fma_gflops_{threads}_threads": _native.measure_fma_peak(threads),
+        "isa": _native.isa_best(),
+    }
+
+
+def peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def current_rss_mb() -> float:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def run(model_spec=None, precision=None, threads=None, repeats=5, pp=512, tg=128, peers=(), json_path=None,
+        out=print) -> dict:
+    from kwker.decode import default_threads
+    from kwker.models.gguf_tools import requantize
+    from kwker.models.loader import load_model, source_gguf
+
+    threads = threads or default_threads()
+    limits = machine_limits(threads)
+    bw = limits[f"read_gb_s_{threads}_threads"]
+    out(f"machine: {limits['isa']}, read {limits['read_gb_s_1_thread']:.1f} GB/s (1 thread), {bw:.1f} GB/s "
+        f"({threads} threads), fp32 FMA peak {limits[f'fma_gflops_{threads}_threads']:.0f} GFLOP/s")
+    model, _ = load_model(model_spec, dtype=torch.float32)
+    name = Path(model.config.name_or_path).name or str(model_spec)
+    n_ctx = pp + tg + 32
+    engines = [KwkerEngine(model, precision, threads, n_ctx)]
+    for peer in peers:
+        if peer == "transformers":
+            if precision not in TORCH_DTYPE:
+                out(f"transformers has no {precision} weights: skipped")
+                continue
+            engines.append(TransformersEngine(model, precision, threads))
+        elif peer in ("llama.cpp", "llamacpp", "llama_cpp"):
+            src = source_gguf(model_spec)
+            if src is None:
+                out("llama.cpp: no GGUF of these weights to convert from: skipped")
+                continue
+            fmt = GGUF_FORMAT[precision]
+            gguf_path = requantize(src, src.with_name(f"{src.stem}.{fmt}.gguf"), fmt)
+            try:
+                engines.append(LlamaCppEngine(gguf_path, threads, n_ctx))
+            except ImportError:
+                out("llama.cpp: llama-cpp-python is not installed (pip install 'kwker[bench]'): skipped")
+        else:
+            raise ValueError(f"unknown peer {peer!r} (transformers, llama.cpp)")
+    out(f"model: {name}, precision {precision or 'model dtype'}, threads {threads}, kwker reads "
+        f"{engines[0].bytes_per_token / 1e6:.0f} MB of weights per token")
+
+    vocab = model.config.vocab_size
+    pp_tokens, tg_prompt = prompt_tokens(pp, vocab), prompt_tokens(16, vocab, seed=1)
+    results = {(e.name, t): Result(e.name, t, bytes_per_token=e.bytes_per_token)
+               for e in engines for t in (f"pp{pp}", f"tg{tg}")}
+    for e in engines:  # warm-up: page in weights, spin up thread pools
+        e.pp(pp_tokens[:64])
+        e.tg(tg_prompt, 8)
+    for _ in range(repeats):  # alternate engines within each repeat, so drifts hit all of them alike
+        for e in engines:
+            results[(e.name, f"pp{pp}")].values.append(e.pp(pp_tokens))
+        for e in engines:
+            results[(e.name, f"tg{tg}")].values.append(e.tg(tg_prompt, tg))
+        gc.collect()
+
+    out("| engine | test | tokens/s mean ± sd | median | GB/s | of roofline |")
+    out("|---|---|---|---|---|---|")
+    rows = []
+    for r in results.values():
+        gbs = r.median * r.bytes_per_token / 1e9 if r.test.startswith("tg") else None
+        gbs_text, roof = (f"{gbs:.1f}", f"{gbs / bw:.0%}") if gbs else ("", "")
+        out(f"| {r.engine} | {r.test} | {r.mean:.1f} ± {r.sd:.1f} | {r.median:.1f} | {gbs_text} | {roof} |")
+        rows.append({"engine": r.engine, "test": r.test, "tokens_per_s": {"mean": r.mean, "sd": r.sd,
+                     "median": r.median, "values": r.values}, "gb_s": gbs})
+    ratios = {}
+    for e in engines[1:]:
+        for t in (f"pp{pp}", f"tg{tg}"):
+            ratios[f"{t} kwker/{e.name}"] = results[("kwker", t)].median / results[(e.name, t)].median
+    for k, v in ratios.items():
+        out(f"{k}: {v:.2f}x (medians)")
+    report = {"model": name, "precision": precision or "model dtype", "threads": threads, "machine": limits,
+              "roofline_tg_tokens_per_s": bw * 1e9 / engines[0].bytes_per_token, "results": rows, "ratios": ratios,
+              "rss_mb": {"peak": peak_rss_mb(), "now": current_rss_mb()}}
+    out(f"kwker generation roofline here: {report['roofline_tg_tokens_per_s']:.1f} tokens/s; "
+        f"RSS peak {report['rss_mb']['peak']:.0f} MB, now {report['rss_mb']['now']:.0f} MB")
+    if json_path:
+        Path(json_path).write_text(json.dumps(report, indent=2))
+    return report

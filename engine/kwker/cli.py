@@ -1,0 +1,115 @@
+"""The `kwker` command: generate, bench."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+DEFAULT_PROMPT = "Write a haiku about the sea."
+
+
+def _progress(msg: str) -> None:
+    print(f"[kwker] {msg}", file=sys.stderr, flush=True)
+
+
+def cmd_generate(args) -> int:
+    import torch
+
+    from kwker.decode import KwkDecoder, runner_unsupported
+    from kwker.models import load_model
+
+    positional = args.args
+    if len(positional) > 2:
+        raise SystemExit("usage: kwker generate [MODEL] [PROMPT]")
+    model_spec, prompt = (positional + [None, None])[:2] if len(positional) == 2 else (None, (positional or [None])[0])
+    prompt = prompt or DEFAULT_PROMPT
+    model, tokenizer = load_model(model_spec, progress=_progress)
+    chat = args.chat if args.chat is not None else bool(getattr(tokenizer, "chat_template", None))
+    if chat:
+        ids = tokenizer.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True,
+                                            return_tensors="pt", return_dict=True)["input_ids"]
+    else:
+        ids = tokenizer(prompt, return_tensors="pt")["input_ids"]
+    max_cache_len = args.max_cache_len or ids.shape[1] + args.max_new_tokens
+    reason = runner_unsupported(model, max_cache_len)
+    if reason:
+        raise SystemExit(f"kwker: cannot run this model: {reason}")
+    dec = KwkDecoder(model, max_cache_len=max_cache_len, precision=args.precision, threads=args.threads)
+    del model
+    generator = torch.Generator().manual_seed(args.seed) if args.seed is not None else None
+    sampling = dict(do_sample=args.temperature > 0, generator=generator)
+    if args.temperature > 0:
+        sampling.update(temperature=args.temperature, top_p=args.top_p, top_k=args.top_k)
+    stats = None
+    for chunk in dec.stream_generate(ids, args.max_new_tokens, tokenizer=tokenizer, **sampling):
+        sys.stdout.write(chunk.text)
+        sys.stdout.flush()
+        stats = chunk.stats
+    sys.stdout.write("\n")
+    if stats:
+        print(f"[kwker] {stats.new_tokens} tokens, {stats.tokens_per_s:.1f} tokens/s; prompt {stats.prompt_tokens} "
+              f"tokens in {stats.prefill_s:.2f} s ({dec.isa}, {dec.threads} threads, "
+              f"{args.precision or 'model dtype'})", file=sys.stderr)
+    return 0
+
+
+def cmd_bench(args) -> int:
+    from kwker import bench
+
+    peers = [p for p in (args.vs or "").split(",") if p]
+    bench.run(args.model, precision=args.precision, threads=args.threads, repeats=args.repeats, pp=args.pp,
+              tg=args.tg, peers=peers, json_path=args.json)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="kwker", description="Fast, exact LLM inference on a plain CPU.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    g = sub.add_parser("generate", help="stream text from a model (default: SmolLM2-135M-Instruct)")
+    g.add_argument("args", nargs="*", metavar="[MODEL] PROMPT",
+                   help="a hub id, a local folder or a .gguf file, then the prompt")
+    g.add_argument("--chat", dest="chat", action="store_true", default=None,
+                   help="wrap the prompt in the model's chat template (default when it has one)")
+    g.add_argument("--no-chat", dest="chat", action="store_false")
+    g.add_argument("--max-new-tokens", type=int, default=128)
+    g.add_argument("--precision", choices=["fp32", "bf16", "fp16"], default=None,
+                   help="weight precision (default: the model's own)")
+    g.add_argument("--seed", type=int, default=None, help="sample with this seed (temperature defaults to 0.7)")
+    g.add_argument("--temperature", type=float, default=None)
+    g.add_argument("--top-p", type=float, default=None)
+    g.add_argument("--top-k", type=int, default=None)
+    g.add_argument("--threads", type=int, default=None)
+    g.add_argument("--max-cache-len", type=int, default=None)
+    g.set_defaults(func=cmd_generate)
+
+    b = sub.add_parser("bench", help="prefill and generation tokens/s against peers, with the roofline")
+    b.add_argument("model", nargs="?", default=None)
+    b.add_argument("--precision", choices=["fp32", "bf16", "fp16"], default=None)
+    b.add_argument("--threads", type=int, default=None)
+    b.add_argument("--repeats", type=int, default=5)
+    b.add_argument("--pp", type=int, default=512, help="prompt tokens for the prefill test")
+    b.add_argument("--tg", type=int, default=128, help="tokens for the generation test")
+    b.add_argument("--vs", default="", help="comma-separated peers: transformers, llama.cpp")
+    b.add_argument("--json", default=None, help="write the results to this file")
+    b.set_defaults(func=cmd_bench)
+    return parser
+
+
+def main(argv=None) -> int:
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    args = build_parser().parse_args(argv)
+    if getattr(args, "temperature", None) is None and getattr(args, "seed", None) is not None:
+        args.temperature = 0.7
+    if getattr(args, "temperature", 0) is None:
+        args.temperature = 0.0
+    try:
+        return args.func(args)
+    except (ValueError, RuntimeError) as e:
+        print(f"kwker: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

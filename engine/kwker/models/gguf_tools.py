@@ -1,0 +1,50 @@
+"""GGUF files of the same weights in another format, for running llama.cpp side by side with Kwker.
+
+`requantize(src, dst, fmt)` keeps every metadata key (tokenizer, chat template, hyper-parameters) and re-encodes
+each 2-D tensor with the `gguf` package's reference quantizers (F32, BF16, Q8_0, Q4_0); 1-D tensors (norms) stay
+F32 as llama.cpp's own converter keeps them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+FORMATS = {"F32": ("F32", "ALL_F32"), "BF16": ("BF16", "MOSTLY_BF16"), "Q8_0": ("Q8_0", "MOSTLY_Q8_0"),
+           "Q4_0": ("Q4_0", "MOSTLY_Q4_0")}
+SKIP_KEYS = {"general.architecture", "general.file_type", "GGUF.version", "GGUF.tensor_count", "GGUF.kv_count"}
+
+
+def requantize(src: Path, dst: Path, fmt: str) -> Path:
+    import gguf
+    from gguf.quants import dequantize, quantize
+
+    if fmt not in FORMATS:
+        raise ValueError(f"format must be one of {', '.join(FORMATS)}, got {fmt!r}")
+    if dst.exists():
+        return dst
+    qtype = gguf.GGMLQuantizationType[FORMATS[fmt][0]]
+    reader = gguf.GGUFReader(src)
+    arch = reader.fields["general.architecture"].contents()
+    tmp = dst.with_suffix(".partial")
+    writer = gguf.GGUFWriter(tmp, arch)
+    for key, field in reader.fields.items():
+        if key in SKIP_KEYS:
+            continue
+        vtype = field.types[0]
+        sub = field.types[1] if vtype == gguf.GGUFValueType.ARRAY and len(field.types) > 1 else None
+        writer.add_key_value(key, field.contents(), vtype, sub_type=sub)
+    writer.add_file_type(int(gguf.LlamaFileType[FORMATS[fmt][1]]))
+    for t in reader.tensors:
+        data = dequantize(t.data, t.tensor_type).astype(np.float32)
+        if data.ndim >= 2 and qtype != gguf.GGMLQuantizationType.F32:
+            writer.add_tensor(t.name, quantize(data, qtype), raw_shape=data.shape, raw_dtype=qtype)
+        else:
+            writer.add_tensor(t.name, data)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    tmp.replace(dst)
+    return dst
