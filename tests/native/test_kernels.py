@@ -60,22 +60,54 @@ def test_matmul_rows_are_batch_invariant(isa, wtype, m):
     assert np.array_equal(together, alone)
 
 
+def reference_attention(q, k, v, scale):
+    s = (q.astype(np.float64) @ k.T.astype(np.float64)) * scale  # (g, n)
+    p = np.exp(s - s.max(axis=1, keepdims=True))
+    return (p / p.sum(axis=1, keepdims=True)) @ v, np.abs(s).max()
+
+
 @pytest.mark.parametrize("isa", ISAS)
 @pytest.mark.parametrize("n", SIZES)
 @pytest.mark.parametrize("hd", [2, 24, 64, 128])
-def test_attend_matches_softmax_attention(isa, n, hd):
+@pytest.mark.parametrize("g", [1, 2, 3, 4])
+def test_attend_matches_softmax_attention(isa, n, hd, g):
     needs(isa)
-    rng = np.random.default_rng(n * hd)
-    q = rng.standard_normal(hd).astype(np.float32)
+    rng = np.random.default_rng(n * hd + g)
+    q = rng.standard_normal((g, hd)).astype(np.float32)
     k = rng.standard_normal((n, hd)).astype(np.float32)
     v = rng.standard_normal((n, hd)).astype(np.float32)
     scale = hd**-0.5
     out = _native.kernel_attend(isa, q, k, v, scale)
-    s = (k.astype(np.float64) @ q) * scale
-    p = np.exp(s - s.max())
-    ref = (p / p.sum()) @ v
+    ref, smax = reference_attention(q, k, v, scale)
     # softmax weights carry ~hd ulp of the score error; outputs are convex combinations of v
-    assert np.allclose(out, ref, rtol=0, atol=2e-5 * np.abs(v).max() * max(1.0, np.abs(s).max()))
+    assert np.allclose(out, ref, rtol=0, atol=2e-5 * np.abs(v).max() * max(1.0, smax))
+
+
+@pytest.mark.parametrize("isa", ISAS)
+def test_attend_query_result_does_not_depend_on_its_group(isa):
+    """A query head's output is the same bits alone or attended together with 1-3 other heads."""
+    needs(isa)
+    rng = np.random.default_rng(5)
+    q = rng.standard_normal((4, 64)).astype(np.float32)
+    k = rng.standard_normal((37, 64)).astype(np.float32)
+    v = rng.standard_normal((37, 64)).astype(np.float32)
+    together = _native.kernel_attend(isa, q, k, v, 0.125)
+    for j in range(4):
+        assert np.array_equal(_native.kernel_attend(isa, q[j:j + 1], k, v, 0.125)[0], together[j])
+    assert np.array_equal(_native.kernel_attend(isa, q[1:3], k, v, 0.125), together[1:3])
+
+
+def test_matmul_is_identical_across_isas():
+    """Every ISA runs the same FMA chain per output, so the results match the reference bit for bit."""
+    rng = np.random.default_rng(11)
+    for k in SIZES:
+        x = rng.standard_normal((7, k)).astype(np.float32)
+        for wtype in WTYPES:
+            raw, _ = weights(19, k, wtype, rng)
+            ref = _native.kernel_matmul("generic", x, raw, WTYPES[wtype][0])
+            for isa in ISAS[1:]:
+                if _native.isa_supported(isa):
+                    assert np.array_equal(_native.kernel_matmul(isa, x, raw, WTYPES[wtype][0]), ref), (isa, k)
 
 
 @pytest.mark.parametrize("isa", ISAS)

@@ -54,16 +54,19 @@ py::array_t<float> kernel_matmul(const std::string& isa, F32Array x, py::array w
   return y;
 }
 
-// q: [hd], k, v: [n, hd]
+// q: [g, hd], k, v: [n, hd]
 py::array_t<float> kernel_attend(const std::string& isa, F32Array q, F32Array k, F32Array v, float scale) {
   const Kernels& kern = kernels_select(isa);
-  const int n = int(k.shape(0)), hd = int(k.shape(1)), hdp = pad_to(hd);
-  if (q.size() != hd || v.shape(0) != n || v.shape(1) != hd) throw std::invalid_argument("shape mismatch");
-  std::vector<float> qp = pad_rows(q.data(), 1, hd, hdp), kp = pad_rows(k.data(), n, hd, hdp),
-                     vp = pad_rows(v.data(), n, hd, hdp), scores(pad_to(n)), out(hdp);
-  kern.attend(qp.data(), kp.data(), vp.data(), n, hdp, scale, scores.data(), out.data());
-  py::array_t<float> r(hd);
-  std::memcpy(r.mutable_data(), out.data(), sizeof(float) * hd);
+  const int g = int(q.shape(0)), n = int(k.shape(0)), hd = int(k.shape(1)), hdp = pad_to(hd);
+  if (q.ndim() != 2 || q.shape(1) != hd || v.shape(0) != n || v.shape(1) != hd || g < 1 || g > kMaxAttendHeads)
+    throw std::invalid_argument("shape mismatch");
+  std::vector<float> qp = pad_rows(q.data(), g, hd, hdp), vp = pad_rows(v.data(), n, hd, hdp);
+  std::vector<float> kp(size_t(pad_to(n, kPanel)) * hdp, 0.f), scores(size_t(g) * pad_to(n)), out(size_t(g) * hdp);
+  for (int i = 0; i < n; i++)
+    for (int d = 0; d < hd; d++) kp[panel_index(i, d, hdp)] = k.data()[size_t(i) * hd + d];
+  kern.attend(qp.data(), g, kp.data(), vp.data(), n, hdp, scale, scores.data(), out.data());
+  py::array_t<float> r({g, hd});
+  for (int j = 0; j < g; j++) std::memcpy(r.mutable_data() + size_t(j) * hd, &out[size_t(j) * hdp], sizeof(float) * hd);
   return r;
 }
 

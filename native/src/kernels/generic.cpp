@@ -73,24 +73,29 @@ void matmul_generic(const float* x, int m, int ldx, const void* w, int kp, int p
   }
 }
 
-void attend_generic(const float* q, const float* k, const float* v, int n, int hdp, float scale, float* scores,
-                    float* out) {
-  float mx = -std::numeric_limits<float>::infinity();
-  for (int i = 0; i < n; i++) {
-    float s = 0.f;
-    for (int c = 0; c < hdp; c++) s += q[c] * k[size_t(i) * hdp + c];
-    scores[i] = s * scale;
-    mx = std::fmax(mx, scores[i]);
-  }
-  float sum = 0.f;
-  for (int i = 0; i < n; i++) {
-    scores[i] = std::exp(scores[i] - mx);
-    sum += scores[i];
-  }
-  for (int c = 0; c < hdp; c++) out[c] = 0.f;
-  for (int i = 0; i < n; i++) {
-    float p = scores[i] / sum;
-    for (int c = 0; c < hdp; c++) out[c] += p * v[size_t(i) * hdp + c];
+void attend_generic(const float* q, int g, const float* k, const float* v, int n, int hdp, float scale,
+                    float* scores, float* out) {
+  for (int j = 0; j < g; j++) {
+    const float* qj = q + size_t(j) * hdp;
+    float* s = scores + size_t(j) * pad_to(n);
+    float mx = -std::numeric_limits<float>::infinity();
+    for (int i = 0; i < n; i++) {
+      float dot = 0.f;
+      for (int d = 0; d < hdp; d++) dot += qj[d] * k[panel_index(i, d, hdp)];
+      s[i] = dot * scale;
+      mx = std::fmax(mx, s[i]);
+    }
+    float sum = 0.f;
+    for (int i = 0; i < n; i++) {
+      s[i] = std::exp(s[i] - mx);
+      sum += s[i];
+    }
+    float* o = out + size_t(j) * hdp;
+    for (int c = 0; c < hdp; c++) o[c] = 0.f;
+    for (int i = 0; i < n; i++) {
+      const float p = s[i] / sum;
+      for (int c = 0; c < hdp; c++) o[c] += p * v[size_t(i) * hdp + c];
+    }
   }
 }
 

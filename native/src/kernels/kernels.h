@@ -32,9 +32,13 @@ inline size_t wtype_size(WType t) { return t == WType::F32 ? 4 : 2; }
 using MatmulFn = void (*)(const float* x, int m, int ldx, const void* w, int kp, int p0, int p1, float* y, int ldy,
                           const float* bias, bool accumulate);
 
-// out[hdp] = softmax(scale * q . k_i for i < n) weighted sum of v_i.
-//   q: [hdp], k, v: [n, hdp] (rows of one head of the KV cache), scores: scratch [pad_to(n)].
-using AttendFn = void (*)(const float* q, const float* k, const float* v, int n, int hdp, float scale,
+// Causal attention of g query heads that share one KV head, over keys 0..n-1:
+//   out[j] = sum_i softmax_i(scale * q[j] . k_i) v_i
+//   q: [g, hdp]; k: the head's key panels [.., hdp, kPanel] (key i, dim d at ((i / kPanel) * hdp + d) * kPanel +
+//   i % kPanel); v: [n, hdp]; scores: scratch [g, pad_to(n)]; out: [g, hdp].
+// Each (query, key) score is one FMA chain over d, each output column one FMA chain over i: the result for a
+// query does not depend on which other queries share the call.
+using AttendFn = void (*)(const float* q, int g, const float* k, const float* v, int n, int hdp, float scale,
                           float* scores, float* out);
 
 // out[i] = silu(gate[i]) * up[i], i < n.
@@ -72,5 +76,7 @@ size_t panel_bytes(WType t, int n, int k);
 void pack_panels(const void* src, WType t, int n, int k, void* dst);
 // Element (r, c) of a packed matrix.
 inline size_t panel_index(int r, int c, int kp) { return (size_t(r / kPanel) * kp + c) * kPanel + r % kPanel; }
+// Largest number of query heads one attend() call takes.
+constexpr int kMaxAttendHeads = 4;
 
 }  // namespace kwker

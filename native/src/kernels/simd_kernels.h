@@ -53,6 +53,17 @@ inline void matmul_tile(const float* x, int ldx, const void* w, int kp, int p, f
   }
 }
 
+// A tile of exactly `rows` (< TB) tokens, so that short steps (speculative verify, prefill tails) keep as many
+// independent chains as they have tokens.
+template <class V, WType T, int TB>
+inline void matmul_rows(int rows, const float* x, int ldx, const void* w, int kp, int p, float* y, int ldy,
+                        const float* bias, bool accumulate) {
+  if constexpr (TB > 0) {
+    if (rows == TB) return matmul_tile<V, T, TB, 1>(x, ldx, w, kp, p, y, ldy, bias, accumulate);
+    matmul_rows<V, T, TB - 1>(rows, x, ldx, w, kp, p, y, ldy, bias, accumulate);
+  }
+}
+
 // Tokens per cache block in the multi-row path: a block of x rows stays in cache while the panels stream by.
 constexpr int kRowBlock = 48;
 
@@ -74,62 +85,103 @@ void matmul(const float* x, int m, int ldx, const void* w, int kp, int p0, int p
       int t = 0;
       for (; t + TB <= mc; t += TB)
         matmul_tile<V, T, TB, 1>(xb + size_t(t) * ldx, ldx, w, kp, p, yb + size_t(t) * ldy, ldy, bias, accumulate);
-      for (; t < mc; t++)
-        matmul_tile<V, T, 1, 1>(xb + size_t(t) * ldx, ldx, w, kp, p, yb + size_t(t) * ldy, ldy, bias, accumulate);
+      if (t < mc)
+        matmul_rows<V, T, TB - 1>(mc - t, xb + size_t(t) * ldx, ldx, w, kp, p, yb + size_t(t) * ldy, ldy, bias,
+                                  accumulate);
     }
   }
 }
 
-// One dot product chain per key; KB keys side by side to hide the FMA latency.
-template <class V, int KB>
-inline void attend_scores(const float* q, const float* k, int i, int hdp, float scale, float* scores) {
+// Scores of G queries against the keys of panels [pi, pi + PB): one chain per (query, key) over d.
+template <class V, int G, int PB>
+inline void attend_scores(const float* q, int hdp, const float* k, int pi, float scale, float* scores, int ns) {
   using R = typename V::reg;
-  R acc[KB];
-#pragma GCC unroll 8
-  for (int j = 0; j < KB; j++) acc[j] = V::zero();
-  for (int c = 0; c < hdp; c += V::W) {
-    R qv = V::load(q + c);
-#pragma GCC unroll 8
-    for (int j = 0; j < KB; j++) acc[j] = V::fma(qv, V::load(k + size_t(i + j) * hdp + c), acc[j]);
+  constexpr int RP = kPanel / V::W;
+  R acc[G][PB * RP];
+#pragma GCC unroll 16
+  for (int j = 0; j < G; j++)
+#pragma GCC unroll 16
+    for (int r = 0; r < PB * RP; r++) acc[j][r] = V::zero();
+  const float* kb = k + size_t(pi) * hdp * kPanel;
+  for (int d = 0; d < hdp; d++) {
+    R kv[PB * RP];
+#pragma GCC unroll 16
+    for (int r = 0; r < PB * RP; r++) kv[r] = V::load(kb + (size_t(r / RP) * hdp + d) * kPanel + (r % RP) * V::W);
+#pragma GCC unroll 16
+    for (int j = 0; j < G; j++) {
+      R qb = V::set1(q[size_t(j) * hdp + d]);
+#pragma GCC unroll 16
+      for (int r = 0; r < PB * RP; r++) acc[j][r] = V::fma(qb, kv[r], acc[j][r]);
+    }
   }
-  for (int j = 0; j < KB; j++) scores[i + j] = V::hsum(acc[j]) * scale;
+  const R vs = V::set1(scale);
+#pragma GCC unroll 16
+  for (int j = 0; j < G; j++)
+#pragma GCC unroll 16
+    for (int r = 0; r < PB * RP; r++)
+      V::store(scores + size_t(j) * ns + (pi + r / RP) * kPanel + (r % RP) * V::W, V::mul(acc[j][r], vs));
 }
 
-template <class V, int CB>
-inline void attend_values(const float* p, const float* v, int n, int hdp, int c0, float* out) {
+// out[j, c0 .. c0 + CB * W) = sum_i p[j, i] v[i, ...]: one chain per (query, column) over i.
+template <class V, int G, int CB>
+inline void attend_values(const float* p, int ns, const float* v, int n, int hdp, int c0, float* out) {
   using R = typename V::reg;
-  R acc[CB];
-#pragma GCC unroll 8
-  for (int j = 0; j < CB; j++) acc[j] = V::zero();
+  R acc[G][CB];
+#pragma GCC unroll 16
+  for (int j = 0; j < G; j++)
+#pragma GCC unroll 16
+    for (int c = 0; c < CB; c++) acc[j][c] = V::zero();
   for (int i = 0; i < n; i++) {
-    R pv = V::set1(p[i]);
-    const float* vi = v + size_t(i) * hdp + c0;
-#pragma GCC unroll 8
-    for (int j = 0; j < CB; j++) acc[j] = V::fma(pv, V::load(vi + j * V::W), acc[j]);
+    R vv[CB];
+#pragma GCC unroll 16
+    for (int c = 0; c < CB; c++) vv[c] = V::load(v + size_t(i) * hdp + c0 + c * V::W);
+#pragma GCC unroll 16
+    for (int j = 0; j < G; j++) {
+      R pb = V::set1(p[size_t(j) * ns + i]);
+#pragma GCC unroll 16
+      for (int c = 0; c < CB; c++) acc[j][c] = V::fma(pb, vv[c], acc[j][c]);
+    }
   }
-  for (int j = 0; j < CB; j++) V::store(out + c0 + j * V::W, acc[j]);
+#pragma GCC unroll 16
+  for (int j = 0; j < G; j++)
+#pragma GCC unroll 16
+    for (int c = 0; c < CB; c++) V::store(out + size_t(j) * hdp + c0 + c * V::W, acc[j][c]);
+}
+
+template <class V, int G>
+void attend_heads(const float* q, const float* k, const float* v, int n, int hdp, float scale, float* scores,
+                  float* out) {
+  const int ns = pad_to(n), np = ns / kPanel;
+  constexpr int PB = G == 1 ? 3 : (G == 2 ? 2 : 1);  // enough chains to hide the FMA latency
+  int pi = 0;
+  for (; pi + PB <= np; pi += PB) attend_scores<V, G, PB>(q, hdp, k, pi, scale, scores, ns);
+  for (; pi < np; pi++) attend_scores<V, G, 1>(q, hdp, k, pi, scale, scores, ns);
+  for (int j = 0; j < G; j++) {  // softmax over keys 0..n-1 (lanes past n are computed, never used)
+    float* s = scores + size_t(j) * ns;
+    float mx = s[0];
+    for (int i = 1; i < n; i++) mx = std::max(mx, s[i]);
+    const typename V::reg vmx = V::set1(mx);
+    for (int i = 0; i < ns; i += V::W) V::store(s + i, V::exp(V::sub(V::load(s + i), vmx)));
+    float sum = 0.f;
+    for (int i = 0; i < n; i++) sum += s[i];
+    const typename V::reg vsum = V::set1(sum);
+    for (int i = 0; i < ns; i += V::W) V::store(s + i, V::div(V::load(s + i), vsum));
+  }
+  constexpr int CB = G == 1 ? 8 : (G == 2 ? 4 : 2);
+  int c = 0;
+  for (; c + CB * V::W <= hdp; c += CB * V::W) attend_values<V, G, CB>(scores, ns, v, n, hdp, c, out);
+  for (; c < hdp; c += V::W) attend_values<V, G, 1>(scores, ns, v, n, hdp, c, out);
 }
 
 template <class V>
-void attend(const float* q, const float* k, const float* v, int n, int hdp, float scale, float* scores,
+void attend(const float* q, int g, const float* k, const float* v, int n, int hdp, float scale, float* scores,
             float* out) {
-  int i = 0;
-  for (; i + 4 <= n; i += 4) attend_scores<V, 4>(q, k, i, hdp, scale, scores);
-  for (; i < n; i++) attend_scores<V, 1>(q, k, i, hdp, scale, scores);
-  float mx = scores[0];
-  for (i = 1; i < n; i++) mx = std::max(mx, scores[i]);
-  const int np = (n + V::W - 1) / V::W * V::W;
-  for (i = n; i < np; i++) scores[i] = mx;  // defined values for the vector tail; never summed
-  const typename V::reg vmx = V::set1(mx);
-  for (i = 0; i < np; i += V::W) V::store(scores + i, V::exp(V::sub(V::load(scores + i), vmx)));
-  float sum = 0.f;
-  for (i = 0; i < n; i++) sum += scores[i];
-  const typename V::reg vsum = V::set1(sum);
-  for (i = 0; i < np; i += V::W) V::store(scores + i, V::div(V::load(scores + i), vsum));
-  constexpr int CB = 4;
-  int c = 0;
-  for (; c + CB * V::W <= hdp; c += CB * V::W) attend_values<V, CB>(scores, v, n, hdp, c, out);
-  for (; c < hdp; c += V::W) attend_values<V, 1>(scores, v, n, hdp, c, out);
+  switch (g) {
+    case 1: return attend_heads<V, 1>(q, k, v, n, hdp, scale, scores, out);
+    case 2: return attend_heads<V, 2>(q, k, v, n, hdp, scale, scores, out);
+    case 3: return attend_heads<V, 3>(q, k, v, n, hdp, scale, scores, out);
+    case 4: return attend_heads<V, 4>(q, k, v, n, hdp, scale, scores, out);
+  }
 }
 
 // n must be a multiple of V::W (activation rows are padded).

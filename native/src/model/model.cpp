@@ -1,5 +1,6 @@
 #include "model.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <stdexcept>
@@ -31,7 +32,7 @@ Model::Model(const Config& cfg, const float* rope_cos, const float* rope_sin, in
   std::memcpy(rope_cos_.as<float>(), rope_cos, sizeof(float) * max_cache_len * half);
   std::memcpy(rope_sin_.as<float>(), rope_sin, sizeof(float) * max_cache_len * half);
 
-  const size_t cache_floats = size_t(n_slots) * cfg.n_layer * cfg.n_kv_head * max_cache_len * hdp_;
+  const size_t cache_floats = size_t(n_slots) * cfg.n_layer * cfg.n_kv_head * pad_to(max_cache_len, kPanel) * hdp_;
   cache_k_ = Buffer(sizeof(float) * cache_floats);
   cache_v_ = Buffer(sizeof(float) * cache_floats);
 
@@ -46,8 +47,8 @@ Model::Model(const Config& cfg, const float* rope_cos, const float* rope_sin, in
   gate_ = Buffer(sizeof(float) * S * fp_);
   up_ = Buffer(sizeof(float) * S * fp_);
   logits_ = Buffer(sizeof(float) * S * pad_to(cfg.vocab));
-  scores_ = Buffer(sizeof(float) * pool_.size() * pad_to(max_cache_len));
-  head_out_ = Buffer(sizeof(float) * pool_.size() * hdp_);
+  scores_ = Buffer(sizeof(float) * pool_.size() * kMaxAttendHeads * pad_to(max_cache_len));
+  head_out_ = Buffer(sizeof(float) * pool_.size() * kMaxAttendHeads * hdp_);
 }
 
 void Model::set_matrix(const std::string& name, const void* data, WType type, int n, int k, const float* bias) {
@@ -130,9 +131,9 @@ size_t Model::weight_bytes_per_token() const {
   return b;
 }
 
-float* Model::cache_row(Buffer& cache, int slot, int layer, int kv_head, int pos) const {
+float* Model::cache_head(Buffer& cache, int slot, int layer, int kv_head) const {
   const size_t head = (size_t(slot) * cfg_.n_layer + layer) * cfg_.n_kv_head + kv_head;
-  return cache.as<float>() + (head * max_cache_ + pos) * hdp_;
+  return cache.as<float>() + head * pad_to(max_cache_, kPanel) * hdp_;
 }
 
 // out[t] = x[t] * rsqrt(mean(x[t]^2) + eps) * w, as transformers' RMSNorm computes it in float32.
@@ -155,19 +156,22 @@ void Model::rope_and_cache(int layer, const int32_t* slots, const int32_t* posit
   for (int t = t0; t < t1; t++) {
     const float* c = rope_cos_.as<float>() + size_t(positions[t]) * half;
     const float* s = rope_sin_.as<float>() + size_t(positions[t]) * half;
-    auto rotate = [&](const float* in, float* out) {
+    // out[i * stride] for i < head_dim: the rotated vector (stride kPanel writes a key into its panel column)
+    auto rotate = [&](const float* in, float* out, int stride) {
       for (int i = 0; i < half; i++) {
         const float a = in[i], b = in[i + half];
-        out[i] = a * c[i] - b * s[i];
-        out[i + half] = b * c[i] + a * s[i];
+        out[size_t(i) * stride] = a * c[i] - b * s[i];
+        out[size_t(i + half) * stride] = b * c[i] + a * s[i];
       }
     };
+    const int pos = positions[t];
     for (int h = 0; h < cfg_.n_head; h++)
-      rotate(q_.as<float>() + size_t(t) * qp_ + h * hd, qh_.as<float>() + (size_t(t) * cfg_.n_head + h) * hdp_);
+      rotate(q_.as<float>() + size_t(t) * qp_ + h * hd, qh_.as<float>() + (size_t(t) * cfg_.n_head + h) * hdp_, 1);
     for (int h = 0; h < cfg_.n_kv_head; h++) {
-      rotate(k_.as<float>() + size_t(t) * kvp_ + h * hd, cache_row(cache_k_, slots[t], layer, h, positions[t]));
-      std::memcpy(cache_row(cache_v_, slots[t], layer, h, positions[t]), v_.as<float>() + size_t(t) * kvp_ + h * hd,
-                  sizeof(float) * hd);
+      float* kpanel = cache_head(cache_k_, slots[t], layer, h) + panel_index(pos, 0, hdp_);
+      rotate(k_.as<float>() + size_t(t) * kvp_ + h * hd, kpanel, kPanel);
+      std::memcpy(cache_head(cache_v_, slots[t], layer, h) + size_t(pos) * hdp_,
+                  v_.as<float>() + size_t(t) * kvp_ + h * hd, sizeof(float) * hd);
     }
   }
 }
@@ -207,14 +211,19 @@ void Model::step(const int32_t* tokens, const int32_t* slots, const int32_t* pos
       rope_and_cache(l, slots, positions, t0, t1);
       pool_.barrier();
 
-      auto [a0, a1] = pool_.split(T * c.n_head, tid);
-      float* scores = scores_.as<float>() + size_t(tid) * pad_to(max_cache_);
-      float* hout = head_out_.as<float>() + size_t(tid) * hdp_;
+      // Work items: (token, block of up to kMaxAttendHeads query heads sharing one KV head).
+      const int blocks = (group + kMaxAttendHeads - 1) / kMaxAttendHeads;
+      auto [a0, a1] = pool_.split(T * c.n_kv_head * blocks, tid);
+      float* scores = scores_.as<float>() + size_t(tid) * kMaxAttendHeads * pad_to(max_cache_);
+      float* hout = head_out_.as<float>() + size_t(tid) * kMaxAttendHeads * hdp_;
       for (int item = a0; item < a1; item++) {
-        const int t = item / c.n_head, h = item % c.n_head, kvh = h / group;
-        kern_->attend(qh_.as<float>() + (size_t(t) * c.n_head + h) * hdp_, cache_row(cache_k_, slots[t], l, kvh, 0),
-                      cache_row(cache_v_, slots[t], l, kvh, 0), positions[t] + 1, hdp_, c.attn_scale, scores, hout);
-        std::memcpy(att_.as<float>() + size_t(t) * qp_ + h * c.head_dim, hout, sizeof(float) * c.head_dim);
+        const int t = item / (c.n_kv_head * blocks), kvh = item / blocks % c.n_kv_head, b = item % blocks;
+        const int h0 = kvh * group + b * kMaxAttendHeads, g = std::min(kMaxAttendHeads, group - b * kMaxAttendHeads);
+        kern_->attend(qh_.as<float>() + (size_t(t) * c.n_head + h0) * hdp_, g, cache_head(cache_k_, slots[t], l, kvh),
+                      cache_head(cache_v_, slots[t], l, kvh), positions[t] + 1, hdp_, c.attn_scale, scores, hout);
+        for (int j = 0; j < g; j++)
+          std::memcpy(att_.as<float>() + size_t(t) * qp_ + (h0 + j) * c.head_dim, hout + size_t(j) * hdp_,
+                      sizeof(float) * c.head_dim);
       }
       pool_.barrier();
       matmul_part(L.wo, att_.as<float>(), T, qp_, x, ep_, true, tid);

@@ -65,7 +65,7 @@ class Model {
  private:
   void rmsnorm_rows(const float* x, const float* w, float* out, int t0, int t1) const;
   void rope_and_cache(int layer, const int32_t* slots, const int32_t* positions, int t0, int t1);
-  float* cache_row(Buffer& cache, int slot, int layer, int kv_head, int pos) const;
+  float* cache_head(Buffer& cache, int slot, int layer, int kv_head) const;  // K: panels; V: [pos][hdp]
   void matmul_part(const Matrix& m, const float* x, int rows, int ldx, float* y, int ldy, bool accumulate, int tid);
 
   Config cfg_;
@@ -78,11 +78,11 @@ class Model {
   Buffer final_norm_;
   std::vector<Layer> layers_;
   Buffer rope_cos_, rope_sin_;  // [max_cache, head_dim/2]
-  Buffer cache_k_, cache_v_;    // [slot][layer][kv_head][pos][hdp]
+  Buffer cache_k_, cache_v_;    // [slot][layer][kv_head] x (K: [pos/16][hdp][16] panels, V: [pos][hdp])
 
   // scratch, [max_step, stride]
   Buffer x_, xn_, q_, k_, v_, qh_, att_, gate_, up_, logits_;
-  Buffer scores_, head_out_;  // per thread: [pad(max_cache)], [hdp]
+  Buffer scores_, head_out_;  // per thread: [kMaxAttendHeads][pad(max_cache)], [kMaxAttendHeads][hdp]
 };
 
 }  // namespace kwker

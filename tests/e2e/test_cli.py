@@ -1,0 +1,46 @@
+"""The command line as a user runs it: `kwker generate` on the default model, `kwker bench --json`."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+
+def kwker(*args, timeout=600):
+    return subprocess.run([sys.executable, "-m", "kwker.cli", *args], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def test_generate_streams_an_answer_from_the_default_model(smollm2):
+    r = kwker("generate", "What is the capital of France?", "--max-new-tokens", "24")
+    assert r.returncode == 0, r.stderr
+    assert "Paris" in r.stdout
+    assert "tokens/s" in r.stderr
+
+
+def test_generate_with_a_seed_is_reproducible(smollm2):
+    a = kwker("generate", "Tell me a story.", "--max-new-tokens", "16", "--seed", "3")
+    b = kwker("generate", "Tell me a story.", "--max-new-tokens", "16", "--seed", "3")
+    assert a.returncode == 0 and a.stdout == b.stdout and len(a.stdout.split()) > 3
+
+
+def test_generate_refuses_a_missing_model_clearly(tmp_path):
+    r = kwker("generate", str(tmp_path / "nope.gguf"), "hi")
+    assert r.returncode == 2
+    assert "no such GGUF file" in r.stderr
+
+
+def test_bench_reports_kwker_and_transformers(smollm2, tmp_path):
+    out = tmp_path / "bench.json"
+    r = kwker("bench", "--pp", "32", "--tg", "8", "--repeats", "2", "--vs", "transformers", "--json", str(out))
+    assert r.returncode == 0, r.stderr
+    report = json.loads(out.read_text())
+    tests = {(x["engine"], x["test"]) for x in report["results"]}
+    assert tests == {("kwker", "pp32"), ("kwker", "tg8"), ("transformers", "pp32"), ("transformers", "tg8")}
+    assert all(x["tokens_per_s"]["mean"] > 0 and len(x["tokens_per_s"]["values"]) == 2 for x in report["results"])
+    assert set(report["ratios"]) == {"pp32 kwker/transformers", "tg8 kwker/transformers"}
+    assert report["machine"]["read_gb_s_1_thread"] > 1
+    assert "| kwker | tg8 |" in r.stdout
