@@ -21,6 +21,7 @@ from kwker import _native
 from kwker.cpu_backend import best_isa, decoder_available
 from kwker.families import family_for, supported_model_types
 from kwker.sampling import Sampler, SamplingParams
+from kwker.speculative import DraftProposer, LookupProposer, Speculator
 from kwker.streaming import GenerationChunk, GenerationStats, StreamingDetokenizer
 
 PRECISIONS = {None: None, "fp32": torch.float32, "float32": torch.float32, "bf16": torch.bfloat16,
@@ -58,7 +59,7 @@ def _to_native_array(t: torch.Tensor, dtype: torch.dtype) -> np.ndarray:
 
 class KwkDecoder:
     def __init__(self, model, max_cache_len: int, precision: str | None = None, threads: int | None = None,
-                 max_batch: int = 1, max_step_tokens: int = DEFAULT_STEP_TOKENS):
+                 max_batch: int = 1, max_step_tokens: int = DEFAULT_STEP_TOKENS, tokenizer=None):
         reason = runner_unsupported(model, max_cache_len)
         if reason is not None:
             raise ValueError(f"KwkDecoder cannot run {type(model).__name__}: {reason}")
@@ -79,6 +80,7 @@ class KwkDecoder:
         self.dtype = PRECISIONS[precision] or model.model.embed_tokens.weight.dtype
         self.precision = precision
         self.vocab_size = model.config.vocab_size
+        self.tokenizer = tokenizer
 
         cfg = family.native_config(model)
         cfg["wtype"] = WTYPES[self.dtype]
@@ -116,37 +118,53 @@ class KwkDecoder:
         self._cached = [[] for _ in range(self.max_batch)]
 
     # ---------------------------------------------------------------------------------------- native step
-    def _run(self, tokens: Sequence[int], start: int, slot: int = 0, logits: str = "last"):
-        """Runs tokens at positions start.. of `slot` (in chunks of the step size) and returns (argmax, logits)
-        for the rows `logits` asks for: "last", "all" or "none" (argmax of the last row only)."""
+    def _run(self, tokens: Sequence[int], start: int, slot: int = 0, rows: str = "last",
+             copy_logits: bool = True) -> tuple[list[int], torch.Tensor | None]:
+        """Runs tokens at positions start.. of `slot` (in chunks of the step size). Returns the argmax and, with
+        copy_logits, the float32 logits (R, vocab) of the last row (rows="last") or of every row ("all")."""
         n = len(tokens)
         if start > len(self._cached[slot]):
             raise ValueError(f"position {start} is past the {len(self._cached[slot])} cached tokens")
         self._cached[slot] = self._cached[slot][:start]  # what stays valid if this call fails midway
-        step = self._native.max_step_tokens
+        step = self._native.max_step_tokens if rows == "last" else min(self._native.max_step_tokens,
+                                                                         self._logit_rows)
         argmax_rows, logit_rows = [], []
-        pos = start
         i = 0
         while i < n:
-            size = min(step, n - i, self._logit_rows if logits == "all" else step)
-            chunk = np.asarray(tokens[i:i + size], dtype=np.int32)
-            positions = np.arange(pos, pos + size, dtype=np.int32)
-            slots = np.full(size, slot, dtype=np.int32)
+            size = min(step, n - i)
             last = i + size == n
-            rows = np.arange(size, dtype=np.int32) if logits == "all" else np.array([size - 1] if last else [],
-                                                                                     dtype=np.int32)
-            if len(rows) == 0:  # an inner prefill chunk: only the cache matters; compute one cheap row
-                rows = np.array([size - 1], dtype=np.int32)
-            am = self._native.step(chunk, slots, positions, rows)
-            if logits == "all" or last:
-                argmax_rows.extend(am.tolist() if logits == "all" else am[-1:].tolist())
-                if logits != "none":
-                    lg = torch.from_numpy(self._native.logits(len(rows)).copy())
-                    logit_rows.append(lg if logits == "all" else lg[-1:])
+            # inner prefill chunks only fill the cache; their one output row is cheap and discarded
+            out_rows = np.arange(size, dtype=np.int32) if rows == "all" else np.array([size - 1], dtype=np.int32)
+            am = self._native.step(np.asarray(tokens[i:i + size], dtype=np.int32),
+                                   np.full(size, slot, dtype=np.int32),
+                                   np.arange(start + i, start + i + size, dtype=np.int32), out_rows)
+            if rows == "all" or last:
+                argmax_rows.extend(am.tolist())
+                if copy_logits:
+                    logit_rows.append(torch.from_numpy(self._native.logits(len(out_rows)).copy()))
             self._cached[slot].extend(tokens[i:i + size])
-            pos += size
             i += size
         return argmax_rows, (torch.cat(logit_rows) if logit_rows else None)
+
+    def _reusable_prefix(self, tokens: list[int], slot: int = 0) -> int:
+        """How many leading tokens the cache already holds (never all: the last token's logits are needed)."""
+        cached = self._cached[slot]
+        limit = min(len(cached), len(tokens) - 1)
+        n = 0
+        while n < limit and cached[n] == tokens[n]:
+            n += 1
+        return n
+
+    def greedy_continuation(self, tokens: list[int], k: int) -> list[int]:
+        """The k tokens greedy decoding would add to `tokens` (used when this decoder drafts for another)."""
+        k = min(k, self.max_cache_len - len(tokens))
+        if k <= 0:
+            return []
+        reuse = self._reusable_prefix(tokens)
+        out = [self._run(tokens[reuse:], reuse, copy_logits=False)[0][-1]]
+        while len(out) < k:
+            out.append(self._run([out[-1]], len(tokens) + len(out) - 1, copy_logits=False)[0][-1])
+        return out
 
     @torch.no_grad()
     def forward(self, input_ids, start: int = 0, logits: str = "all") -> torch.Tensor:
@@ -158,7 +176,7 @@ class KwkDecoder:
         ids = self._check_ids(input_ids)
         if start + len(ids) > self.max_cache_len:
             raise ValueError(f"{start} + {len(ids)} tokens exceed max_cache_len {self.max_cache_len}")
-        return self._run(ids, start, logits=logits)[1]
+        return self._run(ids, start, rows=logits)[1]
 
     # ------------------------------------------------------------------------------------------ generation
     def _check_ids(self, input_ids) -> list[int]:
@@ -209,15 +227,23 @@ class KwkDecoder:
                         temperature: float | None = None, top_k: int | None = None, top_p: float | None = None,
                         min_p: float | None = None, repetition_penalty: float | None = None,
                         min_new_tokens: int = 0, eos_token_id: int | list[int] | None = None,
-                        generator: torch.Generator | None = None, tokenizer=None) -> Iterator[GenerationChunk]:
+                        generator: torch.Generator | None = None, tokenizer=None, lookup: int = 8,
+                        draft: KwkDecoder | None = None) -> Iterator[GenerationChunk]:
         """Yields one GenerationChunk per new token. Closing the generator stops generation; the KV cache keeps
-        everything computed so far, so the next call continues from it."""
+        everything verified so far, so the next call continues from it.
+
+        lookup=N proposes up to N tokens per step by prompt lookup (0 turns it off); draft= a KwkDecoder of a
+        small model with the same tokenizer proposes where lookup finds nothing. Neither changes the output."""
         prompt = self._check_ids(input_ids)
         if not isinstance(max_new_tokens, int) or isinstance(max_new_tokens, bool) or max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be a positive integer, got {max_new_tokens!r}")
         if len(prompt) + max_new_tokens > self.max_cache_len:
             raise ValueError(f"prompt of {len(prompt)} tokens + max_new_tokens {max_new_tokens} = "
                              f"{len(prompt) + max_new_tokens} tokens exceeds max_cache_len {self.max_cache_len}")
+        if not isinstance(lookup, int) or isinstance(lookup, bool) or lookup < 0:
+            raise ValueError(f"lookup must be a non-negative integer, got {lookup!r}")
+        if draft is not None:
+            self.check_draft(draft)
         params = SamplingParams(
             do_sample=bool(do_sample),
             temperature=self._default("temperature", temperature) if do_sample else None,
@@ -229,47 +255,79 @@ class KwkDecoder:
             eos_token_ids=self._eos_ids(eos_token_id),
         )
         sampler = Sampler(params, len(prompt), generator)  # validates the options
-        return self._generate_tokens(prompt, max_new_tokens, sampler, tokenizer)
+        spec = Speculator(LookupProposer() if lookup > 0 else None,
+                          DraftProposer(draft) if draft is not None else None, lookup_max=max(lookup, 1))
+        return self._generate_tokens(prompt, max_new_tokens, sampler, spec, tokenizer)
 
-    def _generate_tokens(self, prompt: list[int], max_new_tokens: int, sampler: Sampler,
+    def check_draft(self, draft: KwkDecoder) -> None:
+        """A draft must speak the target's tokenizer: the same vocabulary size and special tokens (and the same
+        vocabulary, when both decoders were given their tokenizer)."""
+        if not isinstance(draft, KwkDecoder):
+            raise TypeError(f"draft must be a KwkDecoder, got {type(draft).__name__}")
+        problems = []
+        if self.vocab_size != draft.vocab_size:
+            problems.append(f"vocabulary sizes differ ({self.vocab_size} vs {draft.vocab_size})")
+        for attr in ("bos_token_id", "eos_token_id"):
+            mine, theirs = getattr(self.config, attr, None), getattr(draft.config, attr, None)
+            if mine != theirs:
+                problems.append(f"{attr} differs ({mine} vs {theirs})")
+        if self.tokenizer is not None and draft.tokenizer is not None and \
+                self.tokenizer.get_vocab() != draft.tokenizer.get_vocab():
+            problems.append("the tokenizers' vocabularies differ")
+        if problems:
+            raise ValueError("the draft model does not share the target's tokenizer: " + "; ".join(problems))
+
+    def _generate_tokens(self, prompt: list[int], max_new_tokens: int, sampler: Sampler, spec: Speculator,
                          tokenizer) -> Iterator[GenerationChunk]:
         stats = GenerationStats(prompt_tokens=len(prompt))
         self.last_stats = stats
         detok = StreamingDetokenizer(tokenizer) if tokenizer is not None else None
         eos = set(sampler.params.eos_token_ids)
+        fast = not sampler.needs_logits  # greedy without processors: the native argmax is the answer
 
-        cached = self._cached[0]
-        reuse = 0
-        limit = min(len(cached), len(prompt) - 1)  # the last prompt token is always run: its logits are needed
-        while reuse < limit and cached[reuse] == prompt[reuse]:
-            reuse += 1
+        def pick(row: int, argmax: list[int], logits, context: list[int]) -> int:
+            if fast:
+                return argmax[row]
+            return sampler.choose(logits[row], torch.tensor([context]), self._draw(sampler))
+
+        reuse = self._reusable_prefix(prompt)
         stats.reused_prompt_tokens = reuse
         t0 = time.perf_counter()
-        want = "last" if sampler.needs_logits else "none"
-        argmax, logits = self._run(prompt[reuse:], reuse, logits=want)
+        argmax, logits = self._run(prompt[reuse:], reuse, copy_logits=not fast)
         tokens = list(prompt)
-        context = torch.tensor([tokens])
-        tok = argmax[-1] if not sampler.needs_logits else sampler.choose(logits[-1], context, self._draw(sampler))
+        new = [pick(-1, argmax, logits, tokens)]  # verified tokens not yet emitted; the cache lacks the last
         stats.prefill_s = time.perf_counter() - t0
 
-        for i in range(max_new_tokens):
-            tokens.append(tok)
-            stats.new_tokens += 1
-            finish = "eos" if tok in eos else ("length" if i == max_new_tokens - 1 else None)
-            text = detok.add(tok) if detok else ""
-            if finish and detok:
-                text += detok.flush()
-            yield GenerationChunk(token=tok, text=text, stats=stats, finish_reason=finish)
-            if finish:
-                return
-            t1 = time.perf_counter()
-            argmax, logits = self._run([tok], len(tokens) - 1, logits=want)
-            if sampler.needs_logits:
-                context = torch.tensor([tokens])
-                tok = sampler.choose(logits[-1], context, self._draw(sampler))
-            else:
-                tok = argmax[-1]
+        while True:
+            for tok in new:  # emit
+                tokens.append(tok)
+                stats.new_tokens += 1
+                finish = "eos" if tok in eos else ("length" if stats.new_tokens == max_new_tokens else None)
+                text = detok.add(tok) if detok else ""
+                if finish and detok:
+                    text += detok.flush()
+                yield GenerationChunk(token=tok, text=text, stats=stats, finish_reason=finish)
+                if finish:
+                    return
+            t1, draft_s = time.perf_counter(), spec.draft_s
+            source, cands = spec.propose(tokens, max_new_tokens - stats.new_tokens - 1)  # propose
+            feed = [tokens[-1]] + cands
+            argmax, logits = self._run(feed, len(tokens) - 1, rows="all" if cands else "last",
+                                       copy_logits=not fast)  # verify: one native step
+            new = []
+            for row in range(len(feed)):  # accept: keep a proposal iff it is what the target picks there
+                new.append(pick(row, argmax, logits, tokens + new))
+                if row == len(cands) or new[-1] != cands[row] or new[-1] in eos or \
+                        stats.new_tokens + len(new) >= max_new_tokens:
+                    break
+            self._cached[0] = self._cached[0][:len(tokens) + len(new) - 1]  # rollback past the verified text
+            if source:
+                accepted = len(new) if new == cands[:len(new)] else len(new) - 1
+                stats.proposed[source] = stats.proposed.get(source, 0) + len(cands)
+                stats.accepted[source] = stats.accepted.get(source, 0) + accepted
+                spec.feedback(source, len(cands), accepted)
             stats.steps += 1
+            stats.draft_s += spec.draft_s - draft_s
             stats.decode_s += time.perf_counter() - t1
 
     @staticmethod

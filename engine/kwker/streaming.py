@@ -13,7 +13,8 @@ class GenerationStats:
     prefill_s: float = 0.0
     new_tokens: int = 0
     decode_s: float = 0.0
-    steps: int = 0  # native decode steps after prefill
+    steps: int = 0  # native decode steps after prefill (each verifies its proposals)
+    draft_s: float = 0.0  # of decode_s, the time the draft model took
     proposed: dict[str, int] = field(default_factory=dict)  # speculation source -> tokens proposed
     accepted: dict[str, int] = field(default_factory=dict)  # speculation source -> tokens accepted
 

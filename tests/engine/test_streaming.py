@@ -15,7 +15,7 @@ def make():
 
 def test_stream_matches_generate_and_reports_stats():
     dec = make()
-    chunks = list(dec.stream_generate(PROMPT, max_new_tokens=10, eos_token_id=[]))
+    chunks = list(dec.stream_generate(PROMPT, max_new_tokens=10, eos_token_id=[], lookup=0))
     assert [c.token for c in chunks] == dec.generate(PROMPT, max_new_tokens=10, eos_token_id=[])[0, 6:].tolist()
     assert [c.finish_reason for c in chunks] == [None] * 9 + ["length"]
     stats = chunks[-1].stats

@@ -1,0 +1,94 @@
+"""Speculative decoding never changes the output: greedy and seeded sampling give the same tokens with or without
+prompt lookup and a draft model, bit for bit (the batch-invariant kernels make this possible)."""
+
+import pytest
+import torch
+
+from conftest import tiny_llama
+from kwker.decode import KwkDecoder
+from kwker.speculative import LookupProposer
+
+# A prompt that repeats itself, so that lookup has something to propose, and one that does not.
+REPEATS = [5, 9, 33, 102, 7, 61, 5, 9, 33, 102, 7, 61, 5, 9, 33]
+PLAIN = [400, 12, 87, 3, 650, 71, 220, 15]
+
+
+@pytest.fixture(scope="module")
+def target():
+    return tiny_llama(seed=1, hidden=96, heads=3, kv_heads=1, inter=128, layers=3)
+
+
+@pytest.fixture(scope="module")
+def small():
+    return tiny_llama(seed=2, hidden=48, heads=2, kv_heads=1, inter=64, layers=1)
+
+
+def run(dec, prompt, seed=None, **kw):
+    sampling = {}
+    if seed is not None:
+        sampling = dict(do_sample=True, temperature=1.3, top_k=40, generator=torch.Generator().manual_seed(seed))
+    return dec.generate(torch.tensor([prompt]), max_new_tokens=40, eos_token_id=[], **sampling, **kw)
+
+
+@pytest.mark.parametrize("precision", [None, "bf16", "fp16"])
+def test_greedy_same_with_lookup_and_draft(target, small, precision):
+    dec = KwkDecoder(target, max_cache_len=128, precision=precision)
+    draft = KwkDecoder(small, max_cache_len=128, precision=precision)
+    for prompt in (REPEATS, PLAIN):
+        plain = run(dec, prompt, lookup=0)
+        assert torch.equal(run(dec, prompt), plain)  # lookup=8, the default
+        assert torch.equal(run(dec, prompt, lookup=0, draft=draft), plain)
+        assert torch.equal(run(dec, prompt, lookup=3, draft=draft), plain)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_seeded_sampling_same_with_lookup_and_draft(target, small, seed):
+    dec = KwkDecoder(target, max_cache_len=128)
+    draft = KwkDecoder(small, max_cache_len=128)
+    plain = run(dec, REPEATS, seed=seed, lookup=0)
+    assert torch.equal(run(dec, REPEATS, seed=seed), plain)
+    assert torch.equal(run(dec, REPEATS, seed=seed, lookup=0, draft=draft), plain)
+    assert torch.equal(run(dec, REPEATS, seed=seed, draft=draft), plain)
+
+
+def test_seeded_sampling_same_with_self_draft_in_bf16(target):
+    dec = KwkDecoder(target, max_cache_len=128, precision="bf16")
+    draft = KwkDecoder(target, max_cache_len=128, precision="bf16")
+    for seed in range(4):
+        assert torch.equal(run(dec, PLAIN, seed=seed, lookup=0, draft=draft), run(dec, PLAIN, seed=seed, lookup=0))
+
+
+def test_self_draft_accepts_every_token(target):
+    dec = KwkDecoder(target, max_cache_len=128)
+    same = KwkDecoder(target, max_cache_len=128)
+    run(dec, PLAIN, lookup=0, draft=same)
+    stats = dec.last_stats
+    assert stats.proposed["draft"] > 20
+    assert stats.accepted["draft"] == stats.proposed["draft"]
+    assert stats.steps < 40 / 2  # several tokens per target step
+
+
+def test_lookup_accepts_on_repetitive_text_and_records_stats(target):
+    dec = KwkDecoder(target, max_cache_len=128)
+    out = run(dec, REPEATS)
+    s = dec.last_stats
+    assert s.proposed.get("lookup", 0) > 0 and 0 <= s.accepted["lookup"] <= s.proposed["lookup"]
+    assert s.new_tokens == 40 and s.steps + s.accepted["lookup"] == 39  # each step: accepted + one of its own
+    assert out.shape == (1, len(REPEATS) + 40)
+
+
+def test_draft_with_another_tokenizer_is_refused(target):
+    other = tiny_llama(seed=3, vocab=1200, hidden=48, heads=2, kv_heads=1, inter=64, layers=1)
+    dec = KwkDecoder(target, max_cache_len=64)
+    with pytest.raises(ValueError, match="vocabulary sizes differ"):
+        dec.generate(torch.tensor([PLAIN]), max_new_tokens=4, draft=KwkDecoder(other, max_cache_len=64))
+    with pytest.raises(ValueError, match="lookup"):
+        dec.generate(torch.tensor([PLAIN]), max_new_tokens=4, lookup=-1)
+
+
+def test_lookup_proposes_what_followed_the_latest_match():
+    p = LookupProposer()
+    text = [1, 2, 3, 4, 9, 1, 2, 3, 7, 8, 1, 2, 3]
+    assert p.propose(text, 3) == [7, 8, 1]  # "1 2 3" last seen before the suffix at index 5
+    assert p.propose(text + [7], 2) == [8, 1]  # incremental: the index follows the growing text
+    assert p.propose([5, 6, 7], 4) == []  # a new text, nothing repeats
