@@ -68,7 +68,7 @@ class KwkerEngine:
 
     def tg(self, prompt, n):
         self.dec.reset()
-        self.dec.generate(prompt, max_new_tokens=n, eos_token_id=[])
+        self.dec.generate(prompt, max_new_tokens=n, eos_token_id=[], lookup=0)  # plain decoding: the roofline test
         return self.dec.last_stats.tokens_per_s
 
 
@@ -161,7 +161,7 @@ def run(model_spec=None, precision=None, threads=None, repeats=5, pp=512, tg=128
         out=print) -> dict:
     from kwker.decode import default_threads
     from kwker.models.gguf_tools import requantize
-    from kwker.models.loader import load_model, source_gguf
+    from kwker.models.loader import DEFAULT_MODEL, load_model, source_gguf
 
     threads = threads or default_threads()
     limits = machine_limits(threads)
@@ -169,7 +169,7 @@ def run(model_spec=None, precision=None, threads=None, repeats=5, pp=512, tg=128
     out(f"machine: {limits['isa']}, read {limits['read_gb_s_1_thread']:.1f} GB/s (1 thread), {bw:.1f} GB/s "
         f"({threads} threads), fp32 FMA peak {limits[f'fma_gflops_{threads}_threads']:.0f} GFLOP/s")
     model, _ = load_model(model_spec, dtype=torch.float32)
-    name = Path(model.config.name_or_path).name or str(model_spec)
+    name = model_spec or DEFAULT_MODEL
     n_ctx = pp + tg + 32
     engines = [KwkerEngine(model, precision, threads, n_ctx)]
     for peer in peers:

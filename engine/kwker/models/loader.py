@@ -116,7 +116,7 @@ def load_model(spec: str | None = None, dtype=None, progress=None):
 
     folder = resolve_model(spec, progress=progress)
     if progress:
-        progress(f"loading {folder.name}")
+        progress(f"loading {spec or DEFAULT_MODEL} from {folder}")
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype or "auto").eval()
     tokenizer = AutoTokenizer.from_pretrained(folder)
     return model, tokenizer
