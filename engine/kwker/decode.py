@@ -24,9 +24,13 @@ from kwker.sampling import Sampler, SamplingParams
 from kwker.speculative import DraftProposer, LookupProposer, Speculator
 from kwker.streaming import GenerationChunk, GenerationStats, StreamingDetokenizer
 
-PRECISIONS = {None: None, "fp32": torch.float32, "float32": torch.float32, "bf16": torch.bfloat16,
-              "bfloat16": torch.bfloat16, "fp16": torch.float16, "float16": torch.float16}
-WTYPES = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}
+# precision -> (format of the layers' matrices, format of the embedding / lm_head); see native kernels.h
+PRECISIONS = {"fp32": ("F32", "F32"), "bf16": ("BF16", "BF16"), "fp16": ("F16", "F16"), "balanced": ("Q8", "Q8"),
+              "int4": ("Q4", "Q8")}
+ALIASES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16", "int8": "balanced"}
+OWN_PRECISION = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
+WTYPES = {"F32": 0, "BF16": 1, "F16": 2, "Q8": 3, "Q4": 4}
+FLOAT_DTYPES = {"F32": torch.float32, "BF16": torch.bfloat16, "F16": torch.float16}
 DEFAULT_STEP_TOKENS = 256  # tokens per native step in prefill (longer prompts go in chunks of this)
 DEFAULT_LOGIT_ROWS = 64  # rows of logits one step can return
 
@@ -50,7 +54,10 @@ def runner_unsupported(model, max_cache_len: int) -> str | None:
     return family.unsupported(model, max_cache_len)
 
 
-def _to_native_array(t: torch.Tensor, dtype: torch.dtype) -> np.ndarray:
+def _to_native_array(t: torch.Tensor, fmt: str) -> np.ndarray:
+    """The array the native loader takes for format fmt: float32 (F32, and Q8/Q4, which it quantizes itself) or
+    the uint16 bits of bf16 / fp16."""
+    dtype = FLOAT_DTYPES.get(fmt, torch.float32)
     t = t.detach().to(dtype).contiguous()
     if dtype == torch.float32:
         return t.numpy()
@@ -66,8 +73,9 @@ class KwkDecoder:
         if not decoder_available():
             raise RuntimeError(f"this CPU has no supported SIMD kernels (best: {_native.isa_best()}); "
                                "KwkDecoder needs AVX2+FMA+F16C or AVX-512")
-        if precision not in PRECISIONS:
-            raise ValueError(f"precision must be one of None, 'fp32', 'bf16', 'fp16', got {precision!r}")
+        precision = ALIASES.get(precision, precision)
+        if precision is not None and precision not in PRECISIONS:
+            raise ValueError(f"precision must be one of None, {', '.join(map(repr, PRECISIONS))}, got {precision!r}")
         if threads is not None and (not isinstance(threads, int) or threads < 1):
             raise ValueError(f"threads must be a positive integer, got {threads!r}")
         if not isinstance(max_batch, int) or max_batch < 1:
@@ -77,13 +85,13 @@ class KwkDecoder:
         self.generation_config = getattr(model, "generation_config", None)
         self.max_cache_len = max_cache_len
         self.max_batch = max_batch
-        self.dtype = PRECISIONS[precision] or model.model.embed_tokens.weight.dtype
-        self.precision = precision
+        self.precision = precision or OWN_PRECISION[model.model.embed_tokens.weight.dtype]
+        matrix_fmt, embed_fmt = PRECISIONS[self.precision]
         self.vocab_size = model.config.vocab_size
         self.tokenizer = tokenizer
 
         cfg = family.native_config(model)
-        cfg["wtype"] = WTYPES[self.dtype]
+        cfg["wtype"] = WTYPES[matrix_fmt]
         cos, sin = family.rope_tables(model, max_cache_len)
         self._native = _native.Model(cfg, cos.numpy(), sin.numpy(), max_cache_len, max_batch,
                                      min(max_step_tokens, max_cache_len), threads or default_threads(),
@@ -94,7 +102,8 @@ class KwkDecoder:
                 if w.dim() == 1:
                     self._native.set_norm(name, w.detach().float().numpy())
                 else:
-                    self._native.set_matrix(name, _to_native_array(w, self.dtype), WTYPES[self.dtype],
+                    fmt = embed_fmt if name in ("embed", "lm_head") else matrix_fmt
+                    self._native.set_matrix(name, _to_native_array(w, fmt), WTYPES[fmt],
                                             None if bias is None else bias.numpy())
         self._native.check_complete()
         self._cached: list[list[int]] = [[] for _ in range(max_batch)]  # tokens whose K/V each slot holds

@@ -18,7 +18,7 @@ def one_at_a_time(dec, seq):
     return torch.cat(rows)
 
 
-@pytest.mark.parametrize("precision", [None, "bf16", "fp16"])
+@pytest.mark.parametrize("precision", [None, "bf16", "fp16", "balanced", "int4"])
 @pytest.mark.parametrize("threads", [1, 2])
 def test_logits_identical_alone_in_steps_and_in_prefill(precision, threads):
     model = tiny_llama(hidden=192, heads=3, kv_heads=1, inter=200, tied=False)

@@ -30,7 +30,7 @@ def run(dec, prompt, seed=None, **kw):
     return dec.generate(torch.tensor([prompt]), max_new_tokens=40, eos_token_id=[], **sampling, **kw)
 
 
-@pytest.mark.parametrize("precision", [None, "bf16", "fp16"])
+@pytest.mark.parametrize("precision", [None, "bf16", "fp16", "balanced", "int4"])
 def test_greedy_same_with_lookup_and_draft(target, small, precision):
     dec = KwkDecoder(target, max_cache_len=128, precision=precision)
     draft = KwkDecoder(small, max_cache_len=128, precision=precision)

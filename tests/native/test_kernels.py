@@ -9,7 +9,8 @@ from kwker import _native
 
 ISAS = ["generic", "avx2", "avx512"]
 SIZES = [1, 3, 7, 17, 31, 33, 127, 129]
-WTYPES = {"f32": (0, torch.float32), "bf16": (1, torch.bfloat16), "f16": (2, torch.float16)}
+WTYPES = {"f32": (0, torch.float32), "bf16": (1, torch.bfloat16), "f16": (2, torch.float16), "q8": (3, None),
+          "q4": (4, None)}
 EPS32 = np.finfo(np.float32).eps
 
 
@@ -19,10 +20,14 @@ def needs(isa):
 
 
 def weights(n, k, wtype, rng):
-    w = torch.from_numpy(rng.standard_normal((n, k)).astype(np.float32)).to(WTYPES[wtype][1])
-    exact = w.double().numpy()  # the weights as the kernel sees them, after rounding to the format
-    raw = w.numpy() if wtype == "f32" else w.view(torch.int16).numpy().view(np.uint16)
-    return raw, exact
+    """(array to pass, the weights as the kernel sees them after rounding or quantizing to the format)."""
+    w = rng.standard_normal((n, k)).astype(np.float32)
+    code, dtype = WTYPES[wtype]
+    if dtype is None:  # quantized formats take float32 and quantize at packing
+        return w, _native.kernel_weights(w, code).astype(np.float64)
+    t = torch.from_numpy(w).to(dtype)
+    raw = t.numpy() if wtype == "f32" else t.view(torch.int16).numpy().view(np.uint16)
+    return raw, t.double().numpy()
 
 
 def gamma_bound(x, w_exact, k):
@@ -121,6 +126,21 @@ def test_silu_mul(isa, n):
     g64 = g.astype(np.float64)
     ref = g64 / (1 + np.exp(-g64)) * u
     assert np.allclose(out, ref, rtol=4 * EPS32, atol=1e-30)
+
+
+@pytest.mark.parametrize("wtype, levels, worst", [("q8", 127, 0.5), ("q4", 8, 1.0)])
+@pytest.mark.parametrize("k", [32, 33, 64, 100])
+def test_quantize_round_trip_bound(wtype, levels, worst, k):
+    """Per block of 32 with step = amax / 127 (q8) or amax / 8 (q4), fp16 scale: q8 is within half a step; q4
+    (the largest magnitude maps to -8, so the other side stops at +7 steps) within one step, half on average."""
+    rng = np.random.default_rng(k)
+    w = (rng.standard_normal((21, k)) * rng.uniform(0.01, 10, (21, 1))).astype(np.float32)
+    deq = _native.kernel_weights(w, WTYPES[wtype][0])
+    for c0 in range(0, k, 32):
+        blk, dblk = w[:, c0:c0 + 32], deq[:, c0:c0 + 32]
+        step = np.abs(blk).max(axis=1, keepdims=True) / levels
+        err = np.abs(blk - dblk) / step
+        assert err.max() <= worst + 2e-3 and err.mean() <= 0.3
 
 
 def test_unknown_isa_is_a_clear_error():

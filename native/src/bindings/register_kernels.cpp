@@ -29,10 +29,11 @@ py::array_t<float> kernel_matmul(const std::string& isa, F32Array x, py::array w
   const Kernels& kern = kernels_select(isa);
   if (x.ndim() != 2 || w.ndim() != 2 || x.shape(1) != w.shape(1)) throw std::invalid_argument("shape mismatch");
   const int m = int(x.shape(0)), k = int(x.shape(1)), n = int(w.shape(0)), kp = pad_to(k);
+  if (wtype < 0 || wtype >= kWTypes) throw std::invalid_argument("unknown weight type");
   const WType t = WType(wtype);
   std::vector<float> xp = pad_rows(x.data(), m, k, kp);
-  const size_t es = wtype_size(t);
-  if (size_t(w.itemsize()) != es) throw std::invalid_argument("weight element size does not match wtype");
+  if (size_t(w.itemsize()) != (wtype_quantized(t) ? 4 : wtype_size(t)))
+    throw std::invalid_argument("weight element size does not match wtype");
   auto wc = py::array::ensure(w, py::array::c_style);
   std::vector<char> wp(panel_bytes(t, n, k));
   pack_panels(wc.data(), t, n, k, wp.data());
@@ -52,6 +53,20 @@ py::array_t<float> kernel_matmul(const std::string& isa, F32Array x, py::array w
   py::array_t<float> y({m, n});
   for (int r = 0; r < m; r++) std::memcpy(y.mutable_data() + size_t(r) * n, &yp[size_t(r) * np], sizeof(float) * n);
   return y;
+}
+
+// The weights [n, k] as the kernels see them after packing (and quantizing) to wtype.
+py::array_t<float> kernel_weights(py::array w, int wtype) {
+  if (w.ndim() != 2 || wtype < 0 || wtype >= kWTypes) throw std::invalid_argument("bad weight array or type");
+  const WType t = WType(wtype);
+  const int n = int(w.shape(0)), k = int(w.shape(1)), kp = pad_to(k);
+  auto wc = py::array::ensure(w, py::array::c_style);
+  std::vector<char> packed(panel_bytes(t, n, k));
+  pack_panels(wc.data(), t, n, k, packed.data());
+  py::array_t<float> out({n, k});
+  for (int r = 0; r < n; r++)
+    for (int c = 0; c < k; c++) out.mutable_data()[size_t(r) * k + c] = panel_value(packed.data(), t, kp, r, c);
+  return out;
 }
 
 // q: [g, hd], k, v: [n, hd]
@@ -102,6 +117,7 @@ void register_kernels(py::module_& m) {
       py::arg("threads"), "Best float32 FMA GFLOP/s (AVX2, 12 accumulators in registers).");
   m.def("kernel_matmul", &kernel_matmul, py::arg("isa"), py::arg("x"), py::arg("w"), py::arg("wtype"),
         py::arg("bias") = py::none());
+  m.def("kernel_weights", &kernel_weights, py::arg("w"), py::arg("wtype"));
   m.def("kernel_attend", &kernel_attend, py::arg("isa"), py::arg("q"), py::arg("k"), py::arg("v"), py::arg("scale"));
   m.def("kernel_silu_mul", &kernel_silu_mul, py::arg("isa"), py::arg("gate"), py::arg("up"));
 }

@@ -47,7 +47,9 @@ std::unique_ptr<Model> make_model(const py::dict& config, F32Array rope_cos, F32
 
 void set_matrix(Model& m, const std::string& name, py::array w, int wtype, py::object bias) {
   if (w.ndim() != 2) throw std::invalid_argument("weight " + name + " must be 2-D");
-  if (size_t(w.itemsize()) != wtype_size(WType(wtype)))
+  if (wtype < 0 || wtype >= kWTypes) throw std::invalid_argument("unknown weight type");
+  const size_t want = wtype_quantized(WType(wtype)) ? 4 : wtype_size(WType(wtype));  // quantized: from float32
+  if (size_t(w.itemsize()) != want)
     throw std::invalid_argument("weight " + name + " element size does not match its type");
   auto wc = py::array::ensure(w, py::array::c_style);
   const float* b = nullptr;

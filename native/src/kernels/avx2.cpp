@@ -36,6 +36,19 @@ struct Avx2 {
     s = _mm_add_ss(s, _mm_movehdup_ps(s));
     return _mm_cvtss_f32(s);
   }
+  static reg load_f16(const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+  template <WType T>
+  static reg load_q(const uint8_t* payload, int kk, int half) {
+    if constexpr (T == WType::Q8) {
+      const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(payload + kk * kPanel + half * 8));
+      return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b));
+    } else {
+      const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(payload + kk * kPanel / 2));
+      __m256i v = _mm256_cvtepu8_epi32(b);
+      v = half ? _mm256_srli_epi32(v, 4) : _mm256_and_si256(v, _mm256_set1_epi32(0x0f));
+      return _mm256_cvtepi32_ps(_mm256_sub_epi32(v, _mm256_set1_epi32(8)));
+    }
+  }
   template <WType T>
   static reg load_w(const void* w, size_t i) {
     if constexpr (T == WType::F32) {

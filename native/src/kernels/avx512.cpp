@@ -38,6 +38,22 @@ struct Avx512 {
     s = _mm_add_ss(s, _mm_movehdup_ps(s));
     return _mm_cvtss_f32(s);
   }
+  static reg load_f16(const uint16_t* p) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  }
+  template <WType T>
+  static reg load_q(const uint8_t* payload, int kk, int) {  // one register holds the whole panel row
+    if constexpr (T == WType::Q8) {
+      const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(payload + kk * kPanel));
+      return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(b));
+    } else {
+      const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(payload + kk * kPanel / 2));
+      const __m256i v = _mm256_cvtepu8_epi32(b);
+      const __m256i lo = _mm256_and_si256(v, _mm256_set1_epi32(0x0f)), hi = _mm256_srli_epi32(v, 4);
+      const __m512i q = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+      return _mm512_cvtepi32_ps(_mm512_sub_epi32(q, _mm512_set1_epi32(8)));
+    }
+  }
   template <WType T>
   static reg load_w(const void* w, size_t i) {
     if constexpr (T == WType::F32) {

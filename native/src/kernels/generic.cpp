@@ -35,25 +35,110 @@ float f16_to_f32(uint16_t h) {
   return f;
 }
 
-float weight_to_f32(const void* data, WType t, size_t i) {
+uint16_t f32_to_f16(float f) {
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  const uint32_t sign = (x >> 16) & 0x8000;
+  uint32_t mant = x & 0x7fffff;
+  const int exp = (x >> 23) & 0xff;
+  if (exp == 255) return uint16_t(sign | 0x7c00 | (mant ? 0x200 : 0));
+  const int e = exp - 127 + 15;
+  if (e >= 31) return uint16_t(sign | 0x7c00);
+  if (e <= 0) {  // subnormal half, or zero
+    if (e < -10) return uint16_t(sign);
+    mant |= 0x800000;
+    const int shift = 14 - e;
+    uint32_t h = mant >> shift;
+    const uint32_t rem = mant & ((1u << shift) - 1), halfway = 1u << (shift - 1);
+    if (rem > halfway || (rem == halfway && (h & 1))) h++;
+    return uint16_t(sign | h);
+  }
+  uint32_t h = sign | uint32_t(e) << 10 | mant >> 13;
+  const uint32_t rem = mant & 0x1fff;
+  if (rem > 0x1000 || (rem == 0x1000 && (h & 1))) h++;  // a carry into the exponent is the right rounding
+  return uint16_t(h);
+}
+
+namespace {
+
+float float_at(const void* data, WType t, size_t i) {
   switch (t) {
     case WType::F32: return static_cast<const float*>(data)[i];
     case WType::BF16: return bf16_to_f32(static_cast<const uint16_t*>(data)[i]);
-    case WType::F16: return f16_to_f32(static_cast<const uint16_t*>(data)[i]);
+    default: return f16_to_f32(static_cast<const uint16_t*>(data)[i]);
   }
-  return 0.f;
 }
 
-size_t panel_bytes(WType t, int n, int k) { return size_t(pad_to(n, kPanel)) * pad_to(k) * wtype_size(t); }
+const uint8_t* qblock(const void* packed, WType t, int kp, int r, int c) {
+  const size_t per_panel = size_t(kp / kQBlock) * qblock_bytes(t);
+  return static_cast<const uint8_t*>(packed) + size_t(r / kPanel) * per_panel + size_t(c / kQBlock) * qblock_bytes(t);
+}
+
+// Quantizes one row block (kQBlock values) into a packed block at row i of its panel.
+void quantize_block(const float* v, WType t, uint8_t* block, int i) {
+  float amax = 0.f, extreme = 0.f;
+  for (int j = 0; j < kQBlock; j++)
+    if (std::fabs(v[j]) > amax) amax = std::fabs(v[j]), extreme = v[j];
+  // Q8: symmetric over [-127, 127]. Q4: the largest magnitude maps to -8, using the full [-8, 7] range (as Q4_0).
+  const uint16_t dh = f32_to_f16(t == WType::Q8 ? amax / 127.f : extreme / -8.f);
+  std::memcpy(block + i * 2, &dh, 2);
+  const float d = f16_to_f32(dh), inv = d != 0.f ? 1.f / d : 0.f;
+  uint8_t* payload = block + kPanel * 2;
+  for (int j = 0; j < kQBlock; j++) {
+    if (t == WType::Q8) {
+      const int q = int(std::lround(std::fmin(127.f, std::fmax(-127.f, v[j] * inv))));
+      payload[j * kPanel + i] = uint8_t(int8_t(q));
+    } else {
+      const int q = int(std::lround(std::fmin(7.f, std::fmax(-8.f, v[j] * inv)))) + 8;
+      uint8_t& byte = payload[j * kPanel / 2 + i % 8];
+      byte = i < 8 ? uint8_t((byte & 0xf0) | q) : uint8_t((byte & 0x0f) | q << 4);
+    }
+  }
+}
+
+}  // namespace
+
+size_t panel_bytes(WType t, int n, int k) {
+  const size_t panels = size_t(pad_to(n, kPanel)) / kPanel;
+  if (wtype_quantized(t)) return panels * (pad_to(k) / kQBlock) * qblock_bytes(t);
+  return panels * kPanel * pad_to(k) * wtype_size(t);
+}
 
 void pack_panels(const void* src, WType t, int n, int k, void* dst) {
-  const size_t es = wtype_size(t);
   const int kp = pad_to(k);
   std::memset(dst, 0, panel_bytes(t, n, k));
+  if (wtype_quantized(t)) {
+    const float* f = static_cast<const float*>(src);
+    float v[kQBlock];
+    for (int r = 0; r < n; r++)
+      for (int c0 = 0; c0 < kp; c0 += kQBlock) {
+        for (int j = 0; j < kQBlock; j++) v[j] = c0 + j < k ? f[size_t(r) * k + c0 + j] : 0.f;
+        quantize_block(v, t, const_cast<uint8_t*>(qblock(dst, t, kp, r, c0)), r % kPanel);
+      }
+    return;
+  }
+  const size_t es = wtype_size(t);
   for (int r = 0; r < n; r++)
     for (int c = 0; c < k; c++)
       std::memcpy(static_cast<char*>(dst) + panel_index(r, c, kp) * es,
                   static_cast<const char*>(src) + (size_t(r) * k + c) * es, es);
+}
+
+float panel_value(const void* packed, WType t, int kp, int r, int c) {
+  if (!wtype_quantized(t)) return float_at(packed, t, panel_index(r, c, kp));
+  const uint8_t* block = qblock(packed, t, kp, r, c);
+  const int i = r % kPanel, j = c % kQBlock;
+  uint16_t dh;
+  std::memcpy(&dh, block + i * 2, 2);
+  const uint8_t* payload = block + kPanel * 2;
+  int q;
+  if (t == WType::Q8) {
+    q = int8_t(payload[j * kPanel + i]);
+  } else {
+    const uint8_t byte = payload[j * kPanel / 2 + i % 8];
+    q = (i < 8 ? byte & 0x0f : byte >> 4) - 8;
+  }
+  return float(q) * f16_to_f32(dh);
 }
 
 namespace {
@@ -65,7 +150,7 @@ void matmul_generic(const float* x, int m, int ldx, const void* w, int kp, int p
   for (int t = 0; t < m; t++) {
     for (int n = p0 * kPanel; n < p1 * kPanel; n++) {
       float s = 0.f;
-      for (int k = 0; k < kp; k++) s = std::fma(x[size_t(t) * ldx + k], weight_to_f32(w, T, panel_index(n, k, kp)), s);
+      for (int k = 0; k < kp; k++) s = std::fma(x[size_t(t) * ldx + k], panel_value(w, T, kp, n, k), s);
       if (bias) s += bias[n];
       float* out = y + size_t(t) * ldy + n;
       *out = accumulate ? *out + s : s;
@@ -107,7 +192,8 @@ void silu_mul_generic(const float* gate, const float* up, float* out, int n) {
 
 const Kernels& kernels_generic() {
   static const Kernels k{"generic",
-                         {matmul_generic<WType::F32>, matmul_generic<WType::BF16>, matmul_generic<WType::F16>},
+                         {matmul_generic<WType::F32>, matmul_generic<WType::BF16>, matmul_generic<WType::F16>,
+                          matmul_generic<WType::Q8>, matmul_generic<WType::Q4>},
                          attend_generic,
                          silu_mul_generic};
   return k;

@@ -17,14 +17,22 @@
 
 namespace kwker {
 
-constexpr int kPad = 16;    // floats; one AVX-512 register, two AVX2 registers
+constexpr int kPad = 32;    // floats; a multiple of the quantization block and of every register width
 constexpr int kPanel = 16;  // weight rows per packed panel
 
 inline int pad_to(int n, int m = kPad) { return (n + m - 1) / m * m; }
 
-enum class WType : int { F32 = 0, BF16 = 1, F16 = 2 };
+// Weight formats. Q8 and Q4 are quantized in blocks of kQBlock along k with one fp16 scale per row and block
+// (weights only: activations stay float32): value = float(q) * scale, q in [-127, 127] (Q8) or [-8, 7] (Q4).
+// In a panel, block b is stored as [kPanel fp16 scales][kQBlock k-steps of kPanel rows]; Q4 packs row i and
+// row i + 8 of a k-step into one byte (low, high nibble). Q8 is 8.5 bits per weight, Q4 4.5.
+enum class WType : int { F32 = 0, BF16 = 1, F16 = 2, Q8 = 3, Q4 = 4 };
+constexpr int kWTypes = 5;
+constexpr int kQBlock = 32;
 
-inline size_t wtype_size(WType t) { return t == WType::F32 ? 4 : 2; }
+constexpr bool wtype_quantized(WType t) { return t == WType::Q8 || t == WType::Q4; }
+inline size_t wtype_size(WType t) { return t == WType::F32 ? 4 : 2; }  // element size of the float formats
+constexpr size_t qblock_bytes(WType t) { return kPanel * 2 + (t == WType::Q8 ? kQBlock * kPanel : kQBlock * kPanel / 2); }
 
 // y[t, n] (+)= sum_k x[t, k] * w[n, k] + bias[n]  for t < m and the panels p0 <= p < p1 (n = p * kPanel + i).
 //   x: [m, ldx] float, w: panels [.., kp, kPanel] of the weight type, y: [m, ldy] with ldy >= p1 * kPanel,
@@ -46,7 +54,7 @@ using SiluMulFn = void (*)(const float* gate, const float* up, float* out, int n
 
 struct Kernels {
   const char* name;
-  MatmulFn matmul[3];  // indexed by WType
+  MatmulFn matmul[kWTypes];  // indexed by WType
   AttendFn attend;
   SiluMulFn silu_mul;
 };
@@ -69,12 +77,16 @@ inline float bf16_to_f32(uint16_t h) {
 }
 
 float f16_to_f32(uint16_t h);
-float weight_to_f32(const void* data, WType t, size_t i);
+uint16_t f32_to_f16(float f);  // round to nearest even
 
-// Packs a row-major [n, k] matrix (element size of t) into zeroed panels; returns the byte size it needs.
+// Bytes of a packed [n, k] matrix of type t.
 size_t panel_bytes(WType t, int n, int k);
+// Packs a row-major [n, k] matrix into zeroed panels of type t. src holds elements of type t for the float
+// formats and float32 for the quantized ones (quantized here).
 void pack_panels(const void* src, WType t, int n, int k, void* dst);
-// Element (r, c) of a packed matrix.
+// Element (r, c) of a packed matrix, as the kernels see it (dequantized).
+float panel_value(const void* packed, WType t, int kp, int r, int c);
+// Index of element (r, c) in a float-format packed matrix.
 inline size_t panel_index(int r, int c, int kp) { return (size_t(r / kPanel) * kp + c) * kPanel + r % kPanel; }
 // Largest number of query heads one attend() call takes.
 constexpr int kMaxAttendHeads = 4;

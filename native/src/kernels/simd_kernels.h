@@ -2,7 +2,8 @@
 //
 // V provides: reg, W (floats per register), TB (tokens per register tile in the multi-row matmul), NP_GEMV
 // (panels per tile when m == 1), zero/load/store/set1/fma/add/mul/div/sub/min/max/round/pow2i, hsum (a fixed
-// reduction tree), exp, load_w<WType> (W weights as floats).
+// reduction tree), exp, load_w<WType> (W float-format weights as floats), load_f16 (W fp16 values), and
+// load_q<WType>(payload, kk, half) (the integer values of W rows of k-step kk of a quantized block, as floats).
 //
 // Batch invariance: see kernels.h. The matmul keeps one lane per output element, a chain of FMAs over k in order;
 // the attention keeps one register chain per (query, key) dot product and per output column.
@@ -27,16 +28,44 @@ inline void matmul_tile(const float* x, int ldx, const void* w, int kp, int p, f
   for (int t = 0; t < TB; t++)
 #pragma GCC unroll 16
     for (int j = 0; j < NP * RP; j++) acc[t][j] = V::zero();
-  for (int k = 0; k < kp; k++) {
-    R wv[NP * RP];
+  if constexpr (wtype_quantized(T)) {
+    // Block by block: the panels' fp16 scales once per block, then weight = float(q) * scale per k.
+    const size_t panel_stride = size_t(kp / kQBlock) * qblock_bytes(T);
+    const uint8_t* base = static_cast<const uint8_t*>(w) + size_t(p) * panel_stride;
+    for (int b = 0; b < kp / kQBlock; b++) {
+      R sc[NP * RP];
+      const uint8_t* blk[NP];
 #pragma GCC unroll 16
-    for (int j = 0; j < NP * RP; j++)
-      wv[j] = V::template load_w<T>(w, (size_t(p + j / RP) * kp + k) * kPanel + (j % RP) * V::W);
+      for (int q = 0; q < NP; q++) blk[q] = base + q * panel_stride + size_t(b) * qblock_bytes(T);
 #pragma GCC unroll 16
-    for (int t = 0; t < TB; t++) {
-      R xb = V::set1(x[size_t(t) * ldx + k]);
+      for (int j = 0; j < NP * RP; j++)
+        sc[j] = V::load_f16(reinterpret_cast<const uint16_t*>(blk[j / RP]) + (j % RP) * V::W);
+      const float* xk = x + size_t(b) * kQBlock;
+      for (int kk = 0; kk < kQBlock; kk++) {
+        R wv[NP * RP];
 #pragma GCC unroll 16
-      for (int j = 0; j < NP * RP; j++) acc[t][j] = V::fma(xb, wv[j], acc[t][j]);
+        for (int j = 0; j < NP * RP; j++)
+          wv[j] = V::mul(V::template load_q<T>(blk[j / RP] + kPanel * 2, kk, j % RP), sc[j]);
+#pragma GCC unroll 16
+        for (int t = 0; t < TB; t++) {
+          R xb = V::set1(xk[size_t(t) * ldx + kk]);
+#pragma GCC unroll 16
+          for (int j = 0; j < NP * RP; j++) acc[t][j] = V::fma(xb, wv[j], acc[t][j]);
+        }
+      }
+    }
+  } else {
+    for (int k = 0; k < kp; k++) {
+      R wv[NP * RP];
+#pragma GCC unroll 16
+      for (int j = 0; j < NP * RP; j++)
+        wv[j] = V::template load_w<T>(w, (size_t(p + j / RP) * kp + k) * kPanel + (j % RP) * V::W);
+#pragma GCC unroll 16
+      for (int t = 0; t < TB; t++) {
+        R xb = V::set1(x[size_t(t) * ldx + k]);
+#pragma GCC unroll 16
+        for (int j = 0; j < NP * RP; j++) acc[t][j] = V::fma(xb, wv[j], acc[t][j]);
+      }
     }
   }
   const int n0 = p * kPanel;
@@ -198,7 +227,8 @@ void silu_mul(const float* gate, const float* up, float* out, int n) {
 template <class V>
 Kernels make_kernels(const char* name) {
   return Kernels{name,
-                 {matmul<V, WType::F32>, matmul<V, WType::BF16>, matmul<V, WType::F16>},
+                 {matmul<V, WType::F32>, matmul<V, WType::BF16>, matmul<V, WType::F16>, matmul<V, WType::Q8>,
+                  matmul<V, WType::Q4>},
                  attend<V>,
                  silu_mul<V>};
 }

@@ -195,8 +195,7 @@ void Model::step(const int32_t* tokens, const int32_t* slots, const int32_t* pos
     auto [t0, t1] = pool_.split(T, tid);
     for (int t = t0; t < t1; t++) {
       float* row = x + size_t(t) * ep_;
-      for (int i = 0; i < c.n_embd; i++)
-        row[i] = weight_to_f32(embed_.data.as<void>(), embed_.type, panel_index(tokens[t], i, embed_.kp));
+      for (int i = 0; i < c.n_embd; i++) row[i] = panel_value(embed_.data.as<void>(), embed_.type, embed_.kp, tokens[t], i);
     }
     pool_.barrier();
 
