@@ -74,7 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="wrap the prompt in the model's chat template (default when it has one)")
     g.add_argument("--no-chat", dest="chat", action="store_false")
     g.add_argument("--max-new-tokens", type=int, default=128)
-    g.add_argument("--precision", choices=["fp32", "bf16", "fp16"], default=None,
+    g.add_argument("--precision", choices=["fp32", "bf16", "fp16", "balanced", "int4"], default=None,
                    help="weight precision (default: the model's own)")
     g.add_argument("--seed", type=int, default=None, help="sample with this seed (temperature defaults to 0.7)")
     g.add_argument("--temperature", type=float, default=None)
@@ -86,7 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     b = sub.add_parser("bench", help="prefill and generation tokens/s against peers, with the roofline")
     b.add_argument("model", nargs="?", default=None)
-    b.add_argument("--precision", choices=["fp32", "bf16", "fp16"], default=None)
+    b.add_argument("--precision", choices=["fp32", "bf16", "fp16", "balanced", "int4"], default=None)
     b.add_argument("--threads", type=int, default=None)
     b.add_argument("--repeats", type=int, default=5)
     b.add_argument("--pp", type=int, default=512, help="prompt tokens for the prefill test")

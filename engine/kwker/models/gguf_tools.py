@@ -39,7 +39,7 @@ def requantize(src: Path, dst: Path, fmt: str) -> Path:
     for t in reader.tensors:
         data = dequantize(t.data, t.tensor_type).astype(np.float32)
         if data.ndim >= 2 and qtype != gguf.GGMLQuantizationType.F32:
-            writer.add_tensor(t.name, quantize(data, qtype), raw_shape=data.shape, raw_dtype=qtype)
+            writer.add_tensor(t.name, quantize(data, qtype), raw_dtype=qtype)
         else:
             writer.add_tensor(t.name, data)
     writer.write_header_to_file()
