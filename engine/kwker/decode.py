@@ -21,8 +21,9 @@ from kwker import _native
 from kwker.cpu_backend import best_isa, decoder_available
 from kwker.families import family_for, supported_model_types
 from kwker.sampling import Sampler, SamplingParams
+from kwker.sequence import SequenceState
 from kwker.speculative import DraftProposer, LookupProposer, Speculator
-from kwker.streaming import GenerationChunk, GenerationStats, StreamingDetokenizer
+from kwker.streaming import GenerationChunk
 
 # precision -> (format of the layers' matrices, format of the embedding / lm_head); see native kernels.h
 PRECISIONS = {"fp32": ("F32", "F32"), "bf16": ("BF16", "BF16"), "fp16": ("F16", "F16"), "balanced": ("Q8", "Q8"),
@@ -94,9 +95,9 @@ class KwkDecoder:
         cfg["wtype"] = WTYPES[matrix_fmt]
         cos, sin = family.rope_tables(model, max_cache_len)
         self._native = _native.Model(cfg, cos.numpy(), sin.numpy(), max_cache_len, max_batch,
-                                     min(max_step_tokens, max_cache_len), threads or default_threads(),
-                                     best_isa())
-        self._logit_rows = min(DEFAULT_LOGIT_ROWS, self._native.max_step_tokens)
+                                     min(max_step_tokens, max_cache_len), DEFAULT_LOGIT_ROWS,
+                                     threads or default_threads(), best_isa())
+        self._logit_rows = self._native.max_out_rows
         with torch.no_grad():
             for name, w, bias in family.weights(model):
                 if w.dim() == 1:
@@ -107,7 +108,7 @@ class KwkDecoder:
                                             None if bias is None else bias.numpy())
         self._native.check_complete()
         self._cached: list[list[int]] = [[] for _ in range(max_batch)]  # tokens whose K/V each slot holds
-        self.last_stats: GenerationStats | None = None
+        self.last_stats = None  # GenerationStats of the latest stream
 
     # ----------------------------------------------------------------------------------------------- info
     @property
@@ -142,8 +143,10 @@ class KwkDecoder:
         while i < n:
             size = min(step, n - i)
             last = i + size == n
-            # inner prefill chunks only fill the cache; their one output row is cheap and discarded
-            out_rows = np.arange(size, dtype=np.int32) if rows == "all" else np.array([size - 1], dtype=np.int32)
+            if rows == "all":
+                out_rows = np.arange(size, dtype=np.int32)
+            else:  # inner prefill chunks only fill the cache
+                out_rows = np.array([size - 1] if last else [], dtype=np.int32)
             am = self._native.step(np.asarray(tokens[i:i + size], dtype=np.int32),
                                    np.full(size, slot, dtype=np.int32),
                                    np.arange(start + i, start + i + size, dtype=np.int32), out_rows)
@@ -232,18 +235,27 @@ class KwkDecoder:
             return []
         return [int(eos_token_id)] if isinstance(eos_token_id, int) else [int(t) for t in eos_token_id]
 
-    def stream_generate(self, input_ids, max_new_tokens: int = 20, *, do_sample: bool = False,
-                        temperature: float | None = None, top_k: int | None = None, top_p: float | None = None,
-                        min_p: float | None = None, repetition_penalty: float | None = None,
-                        min_new_tokens: int = 0, eos_token_id: int | list[int] | None = None,
-                        generator: torch.Generator | None = None, tokenizer=None, lookup: int = 8,
-                        draft: KwkDecoder | None = None) -> Iterator[GenerationChunk]:
+    def stream_generate(self, input_ids, max_new_tokens: int = 20, *, tokenizer=None,
+                        **options) -> Iterator[GenerationChunk]:
         """Yields one GenerationChunk per new token. Closing the generator stops generation; the KV cache keeps
         everything verified so far, so the next call continues from it.
 
-        lookup=N proposes up to N tokens per step by prompt lookup (0 turns it off); draft= a KwkDecoder of a
-        small model with the same tokenizer proposes where lookup finds nothing. Neither changes the output."""
+        Options: do_sample, temperature, top_k, top_p, min_p, repetition_penalty, min_new_tokens, eos_token_id,
+        generator (transformers' meanings); lookup=N proposes up to N tokens per step by prompt lookup (default 8,
+        0 turns it off); draft= a KwkDecoder of a small model with the same tokenizer proposes where lookup
+        finds nothing. Neither changes the output."""
         prompt = self._check_ids(input_ids)
+        seq = self.new_sequence(prompt, max_new_tokens, tokenizer=tokenizer, reused=self._reusable_prefix(prompt),
+                                **options)
+        return self._drive(seq)
+
+    def new_sequence(self, prompt: list[int], max_new_tokens: int, *, do_sample: bool = False,
+                     temperature: float | None = None, top_k: int | None = None, top_p: float | None = None,
+                     min_p: float | None = None, repetition_penalty: float | None = None, min_new_tokens: int = 0,
+                     eos_token_id: int | list[int] | None = None, generator: torch.Generator | None = None,
+                     lookup: int = 8, draft: KwkDecoder | None = None, tokenizer=None, slot: int = 0,
+                     reused: int = 0) -> SequenceState:
+        """A validated sequence to generate (raises ValueError/TypeError on bad options)."""
         if not isinstance(max_new_tokens, int) or isinstance(max_new_tokens, bool) or max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be a positive integer, got {max_new_tokens!r}")
         if len(prompt) + max_new_tokens > self.max_cache_len:
@@ -266,7 +278,7 @@ class KwkDecoder:
         sampler = Sampler(params, len(prompt), generator)  # validates the options
         spec = Speculator(LookupProposer() if lookup > 0 else None,
                           DraftProposer(draft) if draft is not None else None, lookup_max=max(lookup, 1))
-        return self._generate_tokens(prompt, max_new_tokens, sampler, spec, tokenizer)
+        return SequenceState(prompt, max_new_tokens, sampler, spec, tokenizer, slot=slot, reused=reused)
 
     def check_draft(self, draft: KwkDecoder) -> None:
         """A draft must speak the target's tokenizer: the same vocabulary size and special tokens (and the same
@@ -286,62 +298,25 @@ class KwkDecoder:
         if problems:
             raise ValueError("the draft model does not share the target's tokenizer: " + "; ".join(problems))
 
-    def _generate_tokens(self, prompt: list[int], max_new_tokens: int, sampler: Sampler, spec: Speculator,
-                         tokenizer) -> Iterator[GenerationChunk]:
-        stats = GenerationStats(prompt_tokens=len(prompt))
-        self.last_stats = stats
-        detok = StreamingDetokenizer(tokenizer) if tokenizer is not None else None
-        eos = set(sampler.params.eos_token_ids)
-        fast = not sampler.needs_logits  # greedy without processors: the native argmax is the answer
+    def _drive(self, seq: SequenceState) -> Iterator[GenerationChunk]:
+        """Runs one sequence in slot 0 to its end: plan -> one native step -> absorb -> emit."""
+        self.last_stats = seq.stats
+        while not seq.done:
+            feed, start, rows = seq.plan(prefill_chunk=len(seq.prompt))
+            t0 = time.perf_counter()
+            argmax, logits = self._run(feed, start, rows="all" if rows == "all" else "last",
+                                       copy_logits=not seq.fast)
+            chunks = seq.absorb(len(feed), argmax, logits, time.perf_counter() - t0)
+            self._cached[0] = seq.tokens[:seq.cached_len]  # rollback: only verified tokens stay
+            yield from chunks
 
-        def pick(row: int, argmax: list[int], logits, context: list[int]) -> int:
-            if fast:
-                return argmax[row]
-            return sampler.choose(logits[row], torch.tensor([context]), self._draw(sampler))
+    def generate_batch(self, prompts, max_new_tokens: int = 20, **options) -> list[torch.Tensor]:
+        """Several prompts decoded together, up to max_batch per step; each gets exactly the tokens it gets alone.
+        Returns a list of 1-D tensors (prompt + new tokens), in the prompts' order. Options as for generate;
+        for sampling, generator= takes a list with one generator per prompt."""
+        from kwker.batch import generate_batch
 
-        reuse = self._reusable_prefix(prompt)
-        stats.reused_prompt_tokens = reuse
-        t0 = time.perf_counter()
-        argmax, logits = self._run(prompt[reuse:], reuse, copy_logits=not fast)
-        tokens = list(prompt)
-        new = [pick(-1, argmax, logits, tokens)]  # verified tokens not yet emitted; the cache lacks the last
-        stats.prefill_s = time.perf_counter() - t0
-
-        while True:
-            for tok in new:  # emit
-                tokens.append(tok)
-                stats.new_tokens += 1
-                finish = "eos" if tok in eos else ("length" if stats.new_tokens == max_new_tokens else None)
-                text = detok.add(tok) if detok else ""
-                if finish and detok:
-                    text += detok.flush()
-                yield GenerationChunk(token=tok, text=text, stats=stats, finish_reason=finish)
-                if finish:
-                    return
-            t1, draft_s = time.perf_counter(), spec.draft_s
-            source, cands = spec.propose(tokens, max_new_tokens - stats.new_tokens - 1)  # propose
-            feed = [tokens[-1]] + cands
-            argmax, logits = self._run(feed, len(tokens) - 1, rows="all" if cands else "last",
-                                       copy_logits=not fast)  # verify: one native step
-            new = []
-            for row in range(len(feed)):  # accept: keep a proposal iff it is what the target picks there
-                new.append(pick(row, argmax, logits, tokens + new))
-                if row == len(cands) or new[-1] != cands[row] or new[-1] in eos or \
-                        stats.new_tokens + len(new) >= max_new_tokens:
-                    break
-            self._cached[0] = self._cached[0][:len(tokens) + len(new) - 1]  # rollback past the verified text
-            if source:
-                accepted = len(new) if new == cands[:len(new)] else len(new) - 1
-                stats.proposed[source] = stats.proposed.get(source, 0) + len(cands)
-                stats.accepted[source] = stats.accepted.get(source, 0) + accepted
-                spec.feedback(source, len(cands), accepted)
-            stats.steps += 1
-            stats.draft_s += spec.draft_s - draft_s
-            stats.decode_s += time.perf_counter() - t1
-
-    @staticmethod
-    def _draw(sampler: Sampler) -> float | None:
-        return sampler.draw() if sampler.params.do_sample else None
+        return generate_batch(self, prompts, max_new_tokens, **options)
 
     def generate(self, input_ids, max_new_tokens: int = 20, **kwargs) -> torch.Tensor:
         """Prompt + new tokens, shape (1, T + n), like transformers' generate. Greedy unless do_sample=True."""

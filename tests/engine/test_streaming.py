@@ -25,7 +25,7 @@ def test_stream_matches_generate_and_reports_stats():
 def test_closing_the_stream_stops_and_keeps_the_cache_consistent():
     dec = make()
     full = dec.generate(PROMPT, max_new_tokens=12, eos_token_id=[])[0].tolist()
-    stream = dec.stream_generate(PROMPT, max_new_tokens=12, eos_token_id=[])
+    stream = dec.stream_generate(PROMPT, max_new_tokens=12, eos_token_id=[], lookup=0)  # one token per step
     first = [next(stream).token for _ in range(4)]
     stream.close()
     assert first == full[6:10]

@@ -35,14 +35,15 @@ Config config_from_dict(const py::dict& d) {
 }
 
 std::unique_ptr<Model> make_model(const py::dict& config, F32Array rope_cos, F32Array rope_sin, int max_cache_len,
-                                  int n_slots, int max_step_tokens, int threads, const std::string& isa) {
+                                  int n_slots, int max_step_tokens, int max_out_rows, int threads,
+                                  const std::string& isa) {
   Config c = config_from_dict(config);
   const py::ssize_t half = c.head_dim / 2;
   for (auto* a : {&rope_cos, &rope_sin})
     if (a->ndim() != 2 || a->shape(0) != max_cache_len || a->shape(1) != half)
       throw std::invalid_argument("rope tables must be [max_cache_len, head_dim / 2]");
   return std::make_unique<Model>(c, rope_cos.data(), rope_sin.data(), max_cache_len, n_slots, max_step_tokens,
-                                 threads, isa);
+                                 max_out_rows, threads, isa);
 }
 
 void set_matrix(Model& m, const std::string& name, py::array w, int wtype, py::object bias) {
@@ -69,7 +70,8 @@ py::array_t<int32_t> step(Model& m, I32Array tokens, I32Array slots, I32Array po
     throw std::invalid_argument("a step takes 1.." + std::to_string(m.max_step_tokens()) + " tokens, got " +
                                 std::to_string(T));
   if (slots.size() != T || positions.size() != T) throw std::invalid_argument("tokens, slots, positions differ in length");
-  if (R > T) throw std::invalid_argument("more output rows than tokens");
+  if (R > T || R > m.max_out_rows())
+    throw std::invalid_argument("a step returns at most " + std::to_string(m.max_out_rows()) + " rows of logits");
   const Config& c = m.config();
   for (int t = 0; t < T; t++) {
     if (tokens.data()[t] < 0 || tokens.data()[t] >= c.vocab)
@@ -95,8 +97,8 @@ py::array_t<int32_t> step(Model& m, I32Array tokens, I32Array slots, I32Array po
 void register_model(py::module_& mod) {
   py::class_<Model>(mod, "Model")
       .def(py::init(&make_model), py::arg("config"), py::arg("rope_cos"), py::arg("rope_sin"),
-           py::arg("max_cache_len"), py::arg("n_slots"), py::arg("max_step_tokens"), py::arg("threads"),
-           py::arg("isa") = "")
+           py::arg("max_cache_len"), py::arg("n_slots"), py::arg("max_step_tokens"), py::arg("max_out_rows"),
+           py::arg("threads"), py::arg("isa") = "")
       .def("set_matrix", &set_matrix, py::arg("name"), py::arg("w"), py::arg("wtype"), py::arg("bias") = py::none())
       .def(
           "set_norm",
@@ -108,7 +110,7 @@ void register_model(py::module_& mod) {
           "logits",
           [](py::object self, int rows) {
             Model& m = self.cast<Model&>();
-            if (rows < 0 || rows > m.max_step_tokens()) throw std::invalid_argument("rows out of range");
+            if (rows < 0 || rows > m.max_out_rows()) throw std::invalid_argument("rows out of range");
             // A view of the model's buffer [rows, vocab]; valid until the next step.
             return py::array_t<float>({rows, m.config().vocab},
                                       {sizeof(float) * m.vocab_stride(), sizeof(float)}, m.logits(), self);
@@ -119,6 +121,7 @@ void register_model(py::module_& mod) {
       .def_property_readonly("max_cache_len", &Model::max_cache_len)
       .def_property_readonly("n_slots", &Model::n_slots)
       .def_property_readonly("max_step_tokens", &Model::max_step_tokens)
+      .def_property_readonly("max_out_rows", &Model::max_out_rows)
       .def_property_readonly("weight_bytes_per_token", &Model::weight_bytes_per_token);
 }
 

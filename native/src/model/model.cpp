@@ -8,12 +8,13 @@
 namespace kwker {
 
 Model::Model(const Config& cfg, const float* rope_cos, const float* rope_sin, int max_cache_len, int n_slots,
-             int max_step_tokens, int n_threads, const std::string& isa)
+             int max_step_tokens, int max_out_rows, int n_threads, const std::string& isa)
     : cfg_(cfg),
       kern_(&kernels_select(isa)),
       max_cache_(max_cache_len),
       n_slots_(n_slots),
       max_step_(max_step_tokens),
+      max_rows_(std::min(max_out_rows, max_step_tokens)),
       hdp_(pad_to(cfg.head_dim)),
       ep_(pad_to(cfg.n_embd)),
       qp_(pad_to(cfg.n_head * cfg.head_dim)),
@@ -24,8 +25,8 @@ Model::Model(const Config& cfg, const float* rope_cos, const float* rope_sin, in
   if (cfg.n_layer < 1 || cfg.n_embd < 1 || cfg.n_head < 1 || cfg.n_kv_head < 1 || cfg.head_dim < 2 ||
       cfg.head_dim % 2 || cfg.n_ff < 1 || cfg.vocab < 1 || cfg.n_head % cfg.n_kv_head)
     throw std::invalid_argument("invalid model configuration");
-  if (max_cache_len < 1 || n_slots < 1 || max_step_tokens < 1)
-    throw std::invalid_argument("max_cache_len, n_slots and max_step_tokens must be positive");
+  if (max_cache_len < 1 || n_slots < 1 || max_step_tokens < 1 || max_out_rows < 1)
+    throw std::invalid_argument("max_cache_len, n_slots, max_step_tokens and max_out_rows must be positive");
   const int half = cfg.head_dim / 2;
   rope_cos_ = Buffer(sizeof(float) * max_cache_len * half);
   rope_sin_ = Buffer(sizeof(float) * max_cache_len * half);
@@ -46,7 +47,7 @@ Model::Model(const Config& cfg, const float* rope_cos, const float* rope_sin, in
   att_ = Buffer(sizeof(float) * S * qp_);
   gate_ = Buffer(sizeof(float) * S * fp_);
   up_ = Buffer(sizeof(float) * S * fp_);
-  logits_ = Buffer(sizeof(float) * S * pad_to(cfg.vocab));
+  logits_ = Buffer(sizeof(float) * max_rows_ * pad_to(cfg.vocab));
   scores_ = Buffer(sizeof(float) * pool_.size() * kMaxAttendHeads * pad_to(max_cache_len));
   head_out_ = Buffer(sizeof(float) * pool_.size() * kMaxAttendHeads * hdp_);
 }

@@ -40,7 +40,7 @@ class Model {
  public:
   // rope_cos/sin: [max_cache_len, head_dim / 2], the model's own tables (scaling types already applied).
   Model(const Config& cfg, const float* rope_cos, const float* rope_sin, int max_cache_len, int n_slots,
-        int max_step_tokens, int n_threads, const std::string& isa);
+        int max_step_tokens, int max_out_rows, int n_threads, const std::string& isa);
 
   // name: embed, lm_head, norm, layers.<i>.<attn_norm|q|k|v|o|mlp_norm|gate|up|down>
   void set_matrix(const std::string& name, const void* data, WType type, int n, int k, const float* bias);
@@ -58,6 +58,7 @@ class Model {
   int max_cache_len() const { return max_cache_; }
   int n_slots() const { return n_slots_; }
   int max_step_tokens() const { return max_step_; }
+  int max_out_rows() const { return max_rows_; }
   int threads() const { return pool_.size(); }
   const char* isa() const { return kern_->name; }
   size_t weight_bytes_per_token() const;  // bytes of weights one generated token reads
@@ -70,7 +71,7 @@ class Model {
 
   Config cfg_;
   const Kernels* kern_;
-  int max_cache_, n_slots_, max_step_;
+  int max_cache_, n_slots_, max_step_, max_rows_;
   int hdp_, ep_, qp_, kvp_, fp_;  // padded strides: head_dim, n_embd, q_dim, kv_dim, n_ff
   ThreadPool pool_;
 
@@ -81,7 +82,8 @@ class Model {
   Buffer cache_k_, cache_v_;    // [slot][layer][kv_head] x (K: [pos/16][hdp][16] panels, V: [pos][hdp])
 
   // scratch, [max_step, stride]
-  Buffer x_, xn_, q_, k_, v_, qh_, att_, gate_, up_, logits_;
+  Buffer x_, xn_, q_, k_, v_, qh_, att_, gate_, up_;
+  Buffer logits_;  // [max_out_rows, vocab_stride]
   Buffer scores_, head_out_;  // per thread: [kMaxAttendHeads][pad(max_cache)], [kMaxAttendHeads][hdp]
 };
 
