@@ -1,4 +1,4 @@
-"""The `kwker` command: generate, bench."""
+"""The `kwker` command: generate, bench, serve."""
 
 from __future__ import annotations
 
@@ -63,6 +63,14 @@ def cmd_bench(args) -> int:
     return 0
 
 
+def cmd_serve(args) -> int:
+    from kwker.serve import run_server
+
+    run_server(args.model, args.host, args.port, args.api_key or os.environ.get("KWKER_API_KEY"), args.precision,
+               args.max_batch, args.max_cache_len, args.threads)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kwker", description="Fast, exact LLM inference on a plain CPU.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -94,6 +102,17 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--vs", default="", help="comma-separated peers: transformers, llama.cpp")
     b.add_argument("--json", default=None, help="write the results to this file")
     b.set_defaults(func=cmd_bench)
+
+    s = sub.add_parser("serve", help="an OpenAI-compatible HTTP server (continuous batching)")
+    s.add_argument("model", nargs="?", default=None)
+    s.add_argument("--host", default="127.0.0.1")
+    s.add_argument("--port", type=int, default=8000)
+    s.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY' (or set KWKER_API_KEY)")
+    s.add_argument("--precision", choices=["fp32", "bf16", "fp16", "balanced", "int4"], default=None)
+    s.add_argument("--max-batch", type=int, default=8)
+    s.add_argument("--max-cache-len", type=int, default=2048)
+    s.add_argument("--threads", type=int, default=None)
+    s.set_defaults(func=cmd_serve)
     return parser
 
 
