@@ -231,3 +231,41 @@ def run(model_spec=None, precision=None, threads=None, repeats=5, pp=512, tg=128
     if json_path:
         Path(json_path).write_text(json.dumps(report, indent=2))
     return report
+
+
+def run_batch(model_spec=None, precision=None, threads=None, batches=(1, 2, 4, 8), tg=128, prompt_len=64,
+              out=print) -> dict:
+    """Aggregate generation throughput with B requests served together (continuous batching, lookup off), and
+    their time to first token when they all arrive at once."""
+    from kwker.decode import KwkDecoder, default_threads
+    from kwker.models.loader import DEFAULT_MODEL, load_model
+    from kwker.serve import ServingEngine
+
+    threads = threads or default_threads()
+    model, _ = load_model(model_spec, dtype=torch.float32)
+    vocab = model.config.vocab_size
+    report = {"model": model_spec or DEFAULT_MODEL, "precision": precision or "model dtype", "threads": threads,
+              "results": []}
+    out("| batch | aggregate tokens/s | per sequence | mean time to first token |")
+    out("|---|---|---|---|")
+    for b in batches:
+        dec = KwkDecoder(model, max_cache_len=prompt_len + tg + 8, precision=precision, threads=threads, max_batch=b)
+        with ServingEngine(dec) as engine:
+            engine.submit(prompt_tokens(prompt_len, vocab, seed=99), 4, lookup=0).tokens()  # warm-up
+            t0 = time.perf_counter()
+            reqs = [engine.submit(prompt_tokens(prompt_len, vocab, seed=i), tg, eos_token_id=[], lookup=0)
+                    for i in range(b)]
+            ttft = []
+            for r in reqs:
+                it = iter(r)
+                next(it)
+                ttft.append(time.perf_counter() - t0)
+                sum(1 for _ in it)
+            wall = time.perf_counter() - t0
+        agg = b * tg / wall
+        out(f"| {b} | {agg:.1f} | {agg / b:.1f} | {statistics.fmean(ttft) * 1000:.0f} ms |")
+        report["results"].append({"batch": b, "tokens_per_s": agg, "ttft_ms": statistics.fmean(ttft) * 1000})
+    base = report["results"][0]["tokens_per_s"]
+    for r in report["results"]:
+        out(f"batch {r['batch']}: {r['tokens_per_s'] / base:.2f}x batch {report['results'][0]['batch']}")
+    return report

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
+from pathlib import Path
 
 DEFAULT_PROMPT = "Write a haiku about the sea."
 
@@ -57,6 +59,12 @@ def cmd_generate(args) -> int:
 def cmd_bench(args) -> int:
     from kwker import bench
 
+    if args.batch:
+        report = bench.run_batch(args.model, precision=args.precision, threads=args.threads,
+                                 batches=[int(b) for b in args.batch.split(",")], tg=args.tg)
+        if args.json:
+            Path(args.json).write_text(json.dumps(report, indent=2))
+        return 0
     peers = [p for p in (args.vs or "").split(",") if p]
     bench.run(args.model, precision=args.precision, threads=args.threads, repeats=args.repeats, pp=args.pp,
               tg=args.tg, peers=peers, json_path=args.json)
@@ -101,6 +109,7 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--tg", type=int, default=128, help="tokens for the generation test")
     b.add_argument("--vs", default="", help="comma-separated peers: transformers, llama.cpp")
     b.add_argument("--json", default=None, help="write the results to this file")
+    b.add_argument("--batch", default=None, help="comma-separated batch sizes: aggregate throughput instead")
     b.set_defaults(func=cmd_bench)
 
     s = sub.add_parser("serve", help="an OpenAI-compatible HTTP server (continuous batching)")

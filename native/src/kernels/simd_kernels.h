@@ -110,13 +110,15 @@ void matmul(const float* x, int m, int ldx, const void* w, int kp, int p0, int p
     const int mc = std::min(kRowBlock, m - m0);
     const float* xb = x + size_t(m0) * ldx;
     float* yb = y + size_t(m0) * ldy;
+    // Balanced tiles (8 rows: 4 + 4, not 6 + 2): the weights a tile loads, and dequantizes, serve more rows.
+    const int tiles = (mc + TB - 1) / TB;
     for (int p = p0; p < p1; p++) {
-      int t = 0;
-      for (; t + TB <= mc; t += TB)
-        matmul_tile<V, T, TB, 1>(xb + size_t(t) * ldx, ldx, w, kp, p, yb + size_t(t) * ldy, ldy, bias, accumulate);
-      if (t < mc)
-        matmul_rows<V, T, TB - 1>(mc - t, xb + size_t(t) * ldx, ldx, w, kp, p, yb + size_t(t) * ldy, ldy, bias,
-                                  accumulate);
+      for (int i = 0, t = 0; i < tiles; i++) {
+        const int rows = mc / tiles + (i < mc % tiles ? 1 : 0);
+        matmul_rows<V, T, TB>(rows, xb + size_t(t) * ldx, ldx, w, kp, p, yb + size_t(t) * ldy, ldy, bias,
+                              accumulate);
+        t += rows;
+      }
     }
   }
 }
