@@ -269,3 +269,71 @@ def run_batch(model_spec=None, precision=None, threads=None, batches=(1, 2, 4, 8
     for r in report["results"]:
         out(f"batch {r['batch']}: {r['tokens_per_s'] / base:.2f}x batch {report['results'][0]['batch']}")
     return report
+
+
+SPEC_TASKS = {
+    "rewrite": "Fix the typos in this paragraph and return the whole corrected paragraph:\n\n"
+               "The quick brwon fox jumpd over the lazy dog. It was a sunny day and the fox was verry happy. "
+               "After jumping, the fox ran into the forrest, where it met a freindly owl. The owl asked the fox "
+               "where it was going, and the fox said it was looking for its familly. Together they walked "
+               "thru the trees untill the sun went down.",
+    "chat": "Tell me a short story about a dragon who learns to cook.",
+    "code": "Rewrite this function with type hints and a docstring, keeping the logic the same:\n\n"
+            "def area(shape, a, b=None):\n    if shape == 'square':\n        return a * a\n"
+            "    if shape == 'rectangle':\n        return a * b\n    if shape == 'circle':\n"
+            "        return 3.14159 * a * a\n    raise ValueError(shape)\n",
+}
+
+
+def run_speculative(model_spec=None, precision=None, threads=None, draft_spec=None, max_new_tokens=160,
+                    repeats=3, out=print) -> dict:
+    """Greedy tokens/s per task: plain decoding, prompt lookup (and the draft model, with draft_spec), checked to
+    give the same tokens; plus transformers' own prompt_lookup_num_tokens on the same task as a peer."""
+    from kwker.decode import KwkDecoder, default_threads
+    from kwker.models.loader import DEFAULT_MODEL, load_model
+
+    threads = threads or default_threads()
+    torch.set_num_threads(threads)
+    model, tokenizer = load_model(model_spec, dtype=torch.float32)
+    dec = KwkDecoder(model, max_cache_len=1024, precision=precision, threads=threads, tokenizer=tokenizer)
+    modes = {"plain": dict(lookup=0), "lookup": dict(lookup=8)}
+    if draft_spec:
+        dmodel, dtok = load_model(draft_spec, dtype=torch.float32)
+        draft = KwkDecoder(dmodel, max_cache_len=1024, precision=precision, threads=threads, tokenizer=dtok)
+        modes["draft"] = dict(lookup=0, draft=draft)
+        modes["lookup+draft"] = dict(lookup=8, draft=draft)
+    report = {"model": model_spec or DEFAULT_MODEL, "precision": dec.precision, "threads": threads, "tasks": {}}
+    out("| task | mode | tokens/s median | speedup | tokens per step | accepted |")
+    out("|---|---|---|---|---|---|")
+    for task, text in SPEC_TASKS.items():
+        ids = tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True,
+                                            return_tensors="pt", return_dict=True)["input_ids"]
+        rates, outputs, stats = {m: [] for m in modes}, {}, {}
+        for _ in range(repeats):
+            for mode, kw in modes.items():  # alternate modes so that machine drifts hit all alike
+                dec.reset()
+                outputs[mode] = dec.generate(ids, max_new_tokens=max_new_tokens, **kw)
+                stats[mode] = dec.last_stats
+                rates[mode].append(stats[mode].tokens_per_s)
+        for mode in modes:
+            if not torch.equal(outputs[mode], outputs["plain"]):
+                raise AssertionError(f"{mode} changed the output of task {task}")
+        base = statistics.median(rates["plain"])
+        report["tasks"][task] = {}
+        for mode in modes:
+            med = statistics.median(rates[mode])
+            acc = {k: f"{v}/{stats[mode].proposed[k]}" for k, v in stats[mode].accepted.items()}
+            out(f"| {task} | {mode} | {med:.1f} | {med / base:.2f}x | {stats[mode].tokens_per_step:.2f} | "
+                f"{acc or '-'} |")
+            report["tasks"][task][mode] = {"tokens_per_s": med, "speedup": med / base,
+                                           "tokens_per_step": stats[mode].tokens_per_step}
+        hf = []
+        for n in (0, 10):  # transformers' own prompt lookup as a peer, on the same weights
+            kw = dict(prompt_lookup_num_tokens=n) if n else {}
+            t0 = time.perf_counter()
+            model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new_tokens, do_sample=False,
+                           pad_token_id=tokenizer.eos_token_id, **kw)
+            hf.append(time.perf_counter() - t0)
+        out(f"| {task} | transformers prompt lookup | {hf[0] / hf[1]:.2f}x its own plain decoding |")
+        report["tasks"][task]["transformers_lookup_speedup"] = hf[0] / hf[1]
+    return report

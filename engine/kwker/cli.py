@@ -59,6 +59,12 @@ def cmd_generate(args) -> int:
 def cmd_bench(args) -> int:
     from kwker import bench
 
+    if args.lookup or args.draft:
+        report = bench.run_speculative(args.model, precision=args.precision, threads=args.threads,
+                                       draft_spec=args.draft, repeats=args.repeats)
+        if args.json:
+            Path(args.json).write_text(json.dumps(report, indent=2))
+        return 0
     if args.batch:
         report = bench.run_batch(args.model, precision=args.precision, threads=args.threads,
                                  batches=[int(b) for b in args.batch.split(",")], tg=args.tg)
@@ -110,6 +116,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--vs", default="", help="comma-separated peers: transformers, llama.cpp")
     b.add_argument("--json", default=None, help="write the results to this file")
     b.add_argument("--batch", default=None, help="comma-separated batch sizes: aggregate throughput instead")
+    b.add_argument("--lookup", action="store_true", help="speculative decoding: plain vs prompt lookup per task")
+    b.add_argument("--draft", default=None, help="speculative decoding with this draft model too")
     b.set_defaults(func=cmd_bench)
 
     s = sub.add_parser("serve", help="an OpenAI-compatible HTTP server (continuous batching)")

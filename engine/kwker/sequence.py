@@ -71,7 +71,7 @@ class SequenceState:
             self.stats.prefill_s += seconds
             if self.in_prefill:
                 return []
-            return self._emit([self._pick(-1, argmax, logits, self.tokens)])
+            return self._emit([self._pick(-1, argmax, logits, self.tokens)], 0)
         new: list[int] = []
         cands = self._cands
         for row in range(len(cands) + 1):  # accept: keep a proposal iff it is what the target picks there
@@ -79,19 +79,21 @@ class SequenceState:
             if row == len(cands) or new[-1] != cands[row] or new[-1] in self.eos or \
                     self.stats.new_tokens + len(new) >= self.max_new_tokens:
                 break
+        accepted = 0
         if self._source:
             accepted = len(new) if new == cands[:len(new)] else len(new) - 1
             self.stats.proposed[self._source] = self.stats.proposed.get(self._source, 0) + len(cands)
             self.stats.accepted[self._source] = self.stats.accepted.get(self._source, 0) + accepted
-            self.spec.feedback(self._source, len(cands), accepted)
+        self.spec.feedback(self._source, len(cands), accepted, n_fed, seconds, new[0])
         self.stats.steps += 1
         self.stats.draft_s += self._draft_s
         self.stats.decode_s += seconds + self._draft_s
-        return self._emit(new)
+        return self._emit(new, accepted)
 
-    def _emit(self, new: list[int]) -> list[GenerationChunk]:
+    def _emit(self, new: list[int], accepted: int) -> list[GenerationChunk]:
+        """Emits the verified tokens; the first `accepted` of them were proposals."""
         chunks = []
-        for tok in new:
+        for i, tok in enumerate(new):
             self.tokens.append(tok)
             self.stats.new_tokens += 1
             finish = "eos" if tok in self.eos else ("length" if self.stats.new_tokens == self.max_new_tokens
@@ -99,7 +101,8 @@ class SequenceState:
             text = self.detok.add(tok) if self.detok else ""
             if finish and self.detok:
                 text += self.detok.flush()
-            chunks.append(GenerationChunk(token=tok, text=text, stats=self.stats, finish_reason=finish))
+            chunks.append(GenerationChunk(token=tok, text=text, stats=self.stats, finish_reason=finish,
+                                          source=self._source if i < accepted else None))
             if finish:
                 self.finish_reason = finish
                 break

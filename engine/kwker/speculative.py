@@ -12,7 +12,6 @@ the text's last n-gram); the draft model only where lookup has nothing to offer.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 
 
 class LookupProposer:
@@ -68,38 +67,80 @@ class DraftProposer:
         return self.draft.greedy_continuation(tokens, k)
 
 
-@dataclass
 class Speculator:
-    """Chooses a source and how many tokens to propose, adapting to recent acceptance."""
+    """Chooses a source and how many tokens to propose, by expected tokens per unit of time.
 
-    lookup: LookupProposer | None
-    draft: DraftProposer | None
-    lookup_max: int = 8
-    draft_max: int = 8
+    Per source it keeps an estimate of the chance that the next proposed token is accepted (`a`, moving average);
+    per number of fed tokens it keeps the measured step time. Proposing k tokens yields 1 + a + a^2 + ... + a^k
+    tokens for the cost of a (k+1)-token step (plus k draft steps for the draft): it proposes the k with the best
+    ratio, and nothing when no k beats a plain step. While lookup is not proposing it still checks, for free,
+    whether its proposal would have been right, so it comes back when the text starts repeating."""
 
-    def __post_init__(self):
-        self.k = {"lookup": self.lookup_max, "draft": min(4, self.draft_max)}
-        self.limit = {"lookup": self.lookup_max, "draft": self.draft_max}
+    def __init__(self, lookup: LookupProposer | None, draft: DraftProposer | None, lookup_max: int = 8,
+                 draft_max: int = 8):
+        self.lookup, self.draft = lookup, draft
+        self.limit = {"lookup": lookup_max, "draft": draft_max}
+        self.accept = {"lookup": 0.5, "draft": 0.6}  # prior chance that a proposed token is accepted
+        self.step_s: dict[int, float] = {}  # fed tokens -> moving average of the step time
+        self.draft_token_s = 0.0  # moving average of the draft's time per proposed token
         self.draft_s = 0.0
+        self._shadow: int | None = None  # lookup's first proposal, when it was not made
+
+    def _cost(self, fed: int) -> float:
+        """Step time of `fed` tokens relative to a 1-token step (a mild prior until measured)."""
+        base = self.step_s.get(1)
+        if base and fed in self.step_s:
+            return self.step_s[fed] / base
+        return 1.0 + 0.08 * (fed - 1)
+
+    def _best_k(self, source: str, room: int) -> int:
+        a, base = self.accept[source], self.step_s.get(1, 0.0)
+        extra = self.draft_token_s / base if source == "draft" and base else 0.0
+        best_k, best = 0, 1.0
+        gain = 1.0
+        for k in range(1, min(self.limit[source], room) + 1):
+            gain += a**k
+            ratio = gain / (self._cost(k + 1) + extra * k)
+            if ratio > best * 1.02:
+                best_k, best = k, ratio
+        return best_k
 
     def propose(self, tokens: list[int], room: int) -> tuple[str | None, list[int]]:
         """(source, tokens) to verify after the text; room = how many may be proposed at most."""
+        self._shadow = None
         if room <= 0:
             return None, []
         if self.lookup is not None:
-            cands = self.lookup.propose(tokens, min(self.k["lookup"], room))
-            if cands:
+            k = self._best_k("lookup", room)
+            cands = self.lookup.propose(tokens, max(k, 1))
+            if cands and k:
                 return "lookup", cands
+            if cands:
+                self._shadow = cands[0]
         if self.draft is not None:
-            t0 = time.perf_counter()
-            cands = self.draft.propose(tokens, min(self.k["draft"], room))
-            self.draft_s += time.perf_counter() - t0
-            return "draft", cands
+            k = self._best_k("draft", room)
+            if k:
+                t0 = time.perf_counter()
+                cands = self.draft.propose(tokens, k)
+                spent = time.perf_counter() - t0
+                self.draft_s += spent
+                if cands:
+                    self.draft_token_s = _ema(self.draft_token_s, spent / len(cands))
+                    return "draft", cands
         return None, []
 
-    def feedback(self, source: str, proposed: int, accepted: int) -> None:
-        """All accepted: propose more next time (up to the limit); none: fewer (at least 1)."""
-        if accepted == proposed:
-            self.k[source] = min(self.limit[source], self.k[source] * 2 if source == "lookup" else self.k[source] + 1)
-        elif accepted == 0:
-            self.k[source] = max(1, self.k[source] // 2 if source == "lookup" else self.k[source] - 1)
+    def feedback(self, source: str | None, proposed: int, accepted: int, fed: int, seconds: float,
+                 next_token: int | None) -> None:
+        """After a verify step: what was accepted, how long the step took, and the first new token (for the
+        shadow check of lookup)."""
+        self.step_s[fed] = _ema(self.step_s.get(fed, 0.0), seconds)
+        if source is not None and proposed:
+            # accepted successes, then one failure unless everything was accepted
+            trials = accepted + (1 if accepted < proposed else 0)
+            self.accept[source] = _ema(self.accept[source], accepted / trials, weight=min(0.5, 0.1 * trials))
+        elif self._shadow is not None and next_token is not None:
+            self.accept["lookup"] = _ema(self.accept["lookup"], float(self._shadow == next_token), weight=0.1)
+
+
+def _ema(old: float, new: float, weight: float = 0.2) -> float:
+    return new if old == 0.0 else old + weight * (new - old)

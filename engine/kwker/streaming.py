@@ -39,6 +39,7 @@ class GenerationChunk:
     text: str  # the new piece of text ("" without a tokenizer, or while a character is incomplete)
     stats: GenerationStats
     finish_reason: str | None = None  # "eos" or "length" on the last chunk
+    source: str | None = None  # "lookup" or "draft" when the token was a proposal the model verified
 
 
 class StreamingDetokenizer:

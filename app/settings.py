@@ -1,0 +1,57 @@
+"""The app's settings: defaults, which of them a conversation may override, and how they map onto the engine."""
+
+from __future__ import annotations
+
+import torch
+
+from kwker.models import DEFAULT_MODEL
+
+DEFAULTS = {
+    "model": DEFAULT_MODEL,
+    "precision": "auto",  # the model's own dtype
+    "draft_model": "",
+    "lookup": True,
+    "lookup_tokens": 8,
+    "temperature": 0.7,
+    "top_p": 0.9,
+    "top_k": 0,
+    "min_p": 0.0,
+    "repetition_penalty": 1.0,
+    "seed": -1,  # -1: a new seed every answer
+    "max_new_tokens": 512,
+    "context_length": 2048,
+    "threads": 0,  # 0: all cores
+    "system_prompt": "",
+    "theme": "system",
+    "tint_speculation": False,
+}
+
+# What a conversation may set for itself (the rest belongs to the app: the loaded model and how it runs).
+PER_CONVERSATION = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty", "seed", "max_new_tokens",
+                    "system_prompt", "lookup", "lookup_tokens")
+
+# Changing these reloads the model.
+LOAD_KEYS = ("model", "precision", "draft_model", "context_length", "threads")
+
+
+def load_options(s: dict) -> dict:
+    return {k: s[k] for k in LOAD_KEYS}
+
+
+def generation_options(s: dict) -> dict:
+    """KwkDecoder.stream_generate keyword arguments for settings s."""
+    opts: dict = {"lookup": int(s["lookup_tokens"]) if s["lookup"] else 0}
+    if s["temperature"] > 0:
+        seed = int(s["seed"])
+        gen = torch.Generator()
+        gen.manual_seed(seed if seed >= 0 else int(torch.randint(0, 2**62, ()).item()))
+        opts.update(do_sample=True, temperature=float(s["temperature"]), generator=gen)
+        if 0 < s["top_p"] < 1:
+            opts["top_p"] = float(s["top_p"])
+        if s["top_k"] > 0:
+            opts["top_k"] = int(s["top_k"])
+        if s["min_p"] > 0:
+            opts["min_p"] = float(s["min_p"])
+    if s["repetition_penalty"] != 1.0:
+        opts["repetition_penalty"] = float(s["repetition_penalty"])
+    return opts

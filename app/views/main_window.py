@@ -1,0 +1,447 @@
+"""The chat window: conversations on the left, the chat in the middle, statistics and settings on the right.
+
+Threading: the GenerationWorker lives on its own QThread and is reached through queued signals; Stop is a flag the
+worker checks between tokens. Only this (GUI) thread touches widgets, item models and the store. Streamed text is
+saved as it arrives and drawn at most once per frame."""
+
+from __future__ import annotations
+
+import html
+import time
+from pathlib import Path
+
+from PySide6.QtCore import Qt, QThread, QTimer, QUrl, Signal
+from PySide6.QtGui import QAction, QKeySequence, QShortcut
+from PySide6.QtWidgets import (QApplication, QDockWidget, QFileDialog, QHBoxLayout, QLabel, QLineEdit, QListView,
+                               QMainWindow, QMessageBox, QPlainTextEdit, QProgressBar, QPushButton, QSplitter,
+                               QTabWidget, QTextBrowser, QVBoxLayout, QWidget)
+
+from kwker.app import theme
+from kwker.app.conversation_model import ConversationListModel, IdRole
+from kwker.app.render import markdown_html, message_html, tinted_html
+from kwker.app.settings import DEFAULTS, LOAD_KEYS, load_options
+from kwker.app.store import Store
+from kwker.app.views.settings_panel import SettingsPanel, split_values
+from kwker.app.views.stats_panel import StatsPanel
+from kwker.app.worker import GenerationWorker
+
+FRAME_MS = 33  # the streamed answer is redrawn at most this often
+
+
+class ChatInput(QPlainTextEdit):
+    """Enter sends, Shift+Enter starts a new line."""
+
+    submitted = Signal()
+
+    def keyPressEvent(self, event):  # noqa: N802
+        if event.key() in (Qt.Key_Return, Qt.Key_Enter) and not event.modifiers() & Qt.ShiftModifier:
+            self.submitted.emit()
+            return
+        super().keyPressEvent(event)
+
+
+class MainWindow(QMainWindow):
+    request_load = Signal(dict)
+    request_generate = Signal(list, dict)
+
+    def __init__(self, store: Store, model: str | None = None):
+        super().__init__()
+        self.store = store
+        self.settings = {**DEFAULTS, **store.settings()}
+        if model:
+            self.settings["model"] = model
+        self.colors = theme.apply(QApplication.instance(), self.settings["theme"])
+        self.setWindowTitle("Kwker")
+        self.resize(1280, 820)
+
+        self.thread_ = QThread(self)
+        self.worker = GenerationWorker()
+        self.worker.moveToThread(self.thread_)
+        self.request_load.connect(self.worker.load)
+        self.request_generate.connect(self.worker.generate)
+        self.worker.loading.connect(self._on_loading)
+        self.worker.loaded.connect(self._on_loaded)
+        self.worker.load_failed.connect(self._on_load_failed)
+        self.worker.chunk.connect(self._on_chunk)
+        self.worker.finished.connect(self._on_finished)
+        self.worker.failed.connect(self._on_failed)
+        self.thread_.start()
+
+        self.model_info: dict | None = None
+        self.cid: int | None = None
+        self.messages = []
+        self.generating = False
+        self.stream_cid = self.stream_mid = None
+        self.stream_text = ""
+        self.stream_pieces: list[tuple[str, str]] = []
+        self.stream_stats: dict = {}
+        self.editing_index: int | None = None
+        self.code_blocks: list[str] = []
+        self._history_html = ""
+        self._history_blocks: list[str] = []
+        self._dirty = False
+        self.last_finish_reason = None
+
+        self._build()
+        self.frame = QTimer(self)
+        self.frame.setInterval(FRAME_MS)
+        self.frame.timeout.connect(self._draw_frame)
+        self.frame.start()
+
+        convs = self.store.conversations()
+        self.open_conversation(convs[0].id if convs else self.store.new_conversation().id)
+        self._load_model()
+
+    # ------------------------------------------------------------------------------------------------- layout
+    def _build(self):
+        self.conv_model = ConversationListModel(self.store, self)
+        self.search = QLineEdit(placeholderText="Search chats")
+        self.search.setAccessibleName("search conversations")
+        self.search.textChanged.connect(lambda t: (self.conv_model.reload(t), self._select_current()))
+        self.conv_list = QListView()
+        self.conv_list.setModel(self.conv_model)
+        self.conv_list.setAccessibleName("conversations")
+        self.conv_list.clicked.connect(lambda idx: self.open_conversation(idx.data(IdRole)))
+        new_btn = QPushButton("New chat")
+        new_btn.setAccessibleName("new chat")
+        new_btn.clicked.connect(self.new_chat)
+        rename_btn = QPushButton("Rename")
+        rename_btn.clicked.connect(self._rename_current)
+        delete_btn = QPushButton("Delete")
+        delete_btn.clicked.connect(self.delete_current)
+        side = QWidget()
+        sl = QVBoxLayout(side)
+        sl.addWidget(new_btn)
+        sl.addWidget(self.search)
+        sl.addWidget(self.conv_list, 1)
+        row = QHBoxLayout()
+        row.addWidget(rename_btn)
+        row.addWidget(delete_btn)
+        sl.addLayout(row)
+
+        self.title = QLabel("")
+        self.title.setObjectName("big")
+        self.view = QTextBrowser()
+        self.view.setOpenLinks(False)
+        self.view.setAccessibleName("chat")
+        self.view.anchorClicked.connect(self._on_link)
+        self.input = ChatInput()
+        self.input.setPlaceholderText("Message (Enter sends, Shift+Enter for a new line)")
+        self.input.setAccessibleName("message input")
+        self.input.setMaximumHeight(110)
+        self.input.submitted.connect(self.send_or_stop)
+        self.send_button = QPushButton("Send")
+        self.send_button.setObjectName("send")
+        self.send_button.setAccessibleName("send")
+        self.send_button.clicked.connect(self.send_or_stop)
+        self.regen_button = QPushButton("Regenerate")
+        self.regen_button.setAccessibleName("regenerate last answer")
+        self.regen_button.clicked.connect(self.regenerate)
+        export_md = QPushButton("Export Markdown")
+        export_md.clicked.connect(lambda: self._export_dialog("md"))
+        export_json = QPushButton("Export JSON")
+        export_json.clicked.connect(lambda: self._export_dialog("json"))
+        center = QWidget()
+        cl = QVBoxLayout(center)
+        cl.addWidget(self.title)
+        cl.addWidget(self.view, 1)
+        tools = QHBoxLayout()
+        tools.addWidget(self.regen_button)
+        tools.addStretch(1)
+        tools.addWidget(export_md)
+        tools.addWidget(export_json)
+        cl.addLayout(tools)
+        inrow = QHBoxLayout()
+        inrow.addWidget(self.input, 1)
+        inrow.addWidget(self.send_button)
+        cl.addLayout(inrow)
+
+        split = QSplitter()
+        split.addWidget(side)
+        split.addWidget(center)
+        split.setStretchFactor(1, 1)
+        split.setSizes([250, 800])
+        self.setCentralWidget(split)
+
+        self.stats = StatsPanel()
+        self.settings_panel = SettingsPanel()
+        self.settings_panel.changed.connect(self.apply_settings)
+        self.tabs = QTabWidget()
+        self.tabs.addTab(self.stats, "Statistics")
+        self.tabs.addTab(self.settings_panel, "Settings")
+        dock = QDockWidget("", self)
+        dock.setObjectName("side-panel")
+        dock.setTitleBarWidget(QWidget())
+        dock.setWidget(self.tabs)
+        dock.setFeatures(QDockWidget.NoDockWidgetFeatures)
+        self.addDockWidget(Qt.RightDockWidgetArea, dock)
+        self.resizeDocks([dock], [330], Qt.Horizontal)
+
+        self.status = QLabel("")
+        self.progress = QProgressBar()
+        self.progress.setRange(0, 0)
+        self.progress.setMaximumWidth(160)
+        self.progress.setAccessibleName("loading")
+        self.statusBar().addWidget(self.status, 1)
+        self.statusBar().addPermanentWidget(self.progress)
+
+        for keys, slot in ((QKeySequence.New, self.new_chat), ("Esc", self.stop),
+                           ("Ctrl+L", self.input.setFocus), ("Ctrl+R", self.regenerate)):
+            QShortcut(QKeySequence(keys), self, activated=slot)
+        quit_action = QAction("Quit", self, shortcut=QKeySequence.Quit, triggered=self.close)
+        self.addAction(quit_action)
+        self._set_busy(True)
+
+    # ---------------------------------------------------------------------------------------------- settings
+    def effective_settings(self) -> dict:
+        overrides = self.store.conversation(self.cid).overrides if self.cid else {}
+        return {**self.settings, **overrides}
+
+    def apply_settings(self, values: dict, conversation_only: bool) -> None:
+        if not values:  # "use app defaults" for this conversation
+            self.store.set_overrides(self.cid, {})
+            return
+        app_values, overrides = split_values(values, conversation_only)
+        reload = any(app_values.get(k, self.settings[k]) != self.settings[k] for k in LOAD_KEYS)
+        self.settings.update(app_values)
+        self.store.save_settings(app_values)
+        self.store.set_overrides(self.cid, overrides)
+        if "theme" in app_values:
+            self.colors = theme.apply(QApplication.instance(), self.settings["theme"])
+            self._render_history()
+        if reload:
+            self.stop()
+            self._load_model()
+
+    def _load_model(self):
+        self.model_info = None
+        self._set_busy(True)
+        self.status.setText(f"Loading {self.settings['model']}…")
+        self.request_load.emit(load_options(self.settings))
+
+    def _set_busy(self, busy: bool):
+        self.progress.setVisible(busy)
+        self.send_button.setEnabled(not busy or self.generating)
+
+    def _on_loading(self, msg: str):
+        self.status.setText(msg[:1].upper() + msg[1:] + "…")
+
+    def _on_loaded(self, info: dict):
+        self.model_info = info
+        self._set_busy(False)
+        self.stats.set_model(info)
+        self.status.setText(f"Ready: {info['model']} ({info['precision']}, plain decoding "
+                            f"{info['reference_tokens_per_s']:.0f} tokens/s)")
+        self.settings_panel.set_draft_choices(self._draft_candidates())
+
+    def _on_load_failed(self, msg: str):
+        self._set_busy(False)
+        self.send_button.setEnabled(False)
+        self.status.setText(f"Could not load the model: {msg}")
+        self.tabs.setCurrentWidget(self.settings_panel)
+
+    def _draft_candidates(self) -> list[str]:
+        """Models we know share the loaded model's tokenizer (same family of the catalog)."""
+        from kwker.models.catalog import same_tokenizer
+
+        return same_tokenizer(self.settings["model"])
+
+    # ------------------------------------------------------------------------------------------ conversations
+    def open_conversation(self, cid: int):
+        self.cid = cid
+        self.editing_index = None
+        self.messages = self.store.messages(cid)
+        conv = self.store.conversation(cid)
+        self.title.setText(conv.title)
+        self.settings_panel.show_values(self.settings, conv.overrides)
+        self.conv_model.reload()
+        self._select_current()
+        self._render_history()
+
+    def _select_current(self):
+        row = self.conv_model.row_of(self.cid)
+        if row >= 0:
+            self.conv_list.setCurrentIndex(self.conv_model.index(row))
+
+    def new_chat(self):
+        self.open_conversation(self.store.new_conversation().id)
+        self.input.setFocus()
+
+    def _rename_current(self):
+        row = self.conv_model.row_of(self.cid)
+        if row >= 0:
+            self.conv_list.edit(self.conv_model.index(row))
+
+    def delete_current(self, confirm: bool = True):
+        if confirm and QMessageBox.question(self, "Delete chat", f"Delete “{self.title.text()}”?") != \
+                QMessageBox.Yes:
+            return
+        if self.generating and self.stream_cid == self.cid:
+            self.stop()
+        self.store.delete(self.cid)
+        convs = self.store.conversations()
+        self.open_conversation(convs[0].id if convs else self.store.new_conversation().id)
+
+    def export_to(self, path: str, fmt: str) -> None:
+        text = self.store.export_markdown(self.cid) if fmt == "md" else self.store.export_json(self.cid)
+        Path(path).write_text(text, encoding="utf-8")
+
+    def _export_dialog(self, fmt: str):
+        path, _ = QFileDialog.getSaveFileName(self, "Export", f"{self.title.text()}.{fmt}")
+        if path:
+            self.export_to(path, fmt)
+
+    # --------------------------------------------------------------------------------------------- generation
+    def send_or_stop(self):
+        if self.generating:
+            self.stop()
+        else:
+            self.send(self.input.toPlainText())
+
+    def send(self, text: str) -> bool:
+        text = text.strip()
+        if not text or self.generating or self.model_info is None:
+            return False
+        if self.editing_index is not None:  # an edited message replaces itself and everything after it
+            self.store.truncate_after(self.cid, self.messages[self.editing_index].id, keep=False)
+            self.editing_index = None
+        if not any(m.role == "user" for m in self.messages):
+            self.store.rename(self.cid, text.splitlines()[0][:48])
+            self.title.setText(text.splitlines()[0][:48])
+        self.store.add_message(self.cid, "user", text)
+        self.input.clear()
+        self._start_answer()
+        return True
+
+    def regenerate(self):
+        if self.generating or self.model_info is None or not self.messages:
+            return
+        last = self.messages[-1]
+        if last.role == "assistant":
+            self.store.truncate_after(self.cid, last.id, keep=False)
+        if self.store.messages(self.cid):
+            self._start_answer()
+
+    def stop(self):
+        if self.generating:
+            self.worker.request_stop()
+
+    def _start_answer(self):
+        history = [{"role": m.role, "content": m.content} for m in self.store.messages(self.cid)]
+        self.stream_cid = self.cid
+        self.stream_mid = self.store.add_message(self.cid, "assistant", "", complete=False).id
+        self.stream_text, self.stream_pieces, self.stream_stats = "", [], {}
+        self.generating = True
+        self.send_button.setText("Stop")
+        self.send_button.setProperty("stop", True)
+        self.send_button.style().polish(self.send_button)
+        self.messages = self.store.messages(self.cid)
+        self._render_history()
+        self.stats.start()
+        self.request_generate.emit(history, self.effective_settings())
+
+    def _on_chunk(self, text: str, token: int, source: str, stats: dict):
+        if self.stream_mid is None:
+            return
+        self.stream_text += text
+        self.stream_pieces.append((text, source))
+        self.stream_stats = stats
+        self.store.update_message(self.stream_mid, self.stream_text)  # saved as it arrives
+        self._dirty = True
+
+    def _on_finished(self, reason: str, stats: dict):
+        self.store.update_message(self.stream_mid, self.stream_text, stats={**stats, "finish_reason": reason},
+                                  complete=True)
+        self._end_answer(reason, stats)
+
+    def _on_failed(self, msg: str):
+        if self.stream_mid is not None:
+            self.store.update_message(self.stream_mid, self.stream_text, stats={"error": msg}, complete=True)
+        self._end_answer("error", {})
+        self.status.setText(f"Error: {msg}")
+
+    def _end_answer(self, reason: str, stats: dict):
+        self.generating = False
+        self.last_finish_reason = reason
+        self.stream_mid = None
+        self.send_button.setText("Send")
+        self.send_button.setProperty("stop", False)
+        self.send_button.style().polish(self.send_button)
+        if stats:
+            self.stats.update_stats(stats)
+        if self.cid == self.stream_cid:
+            self.messages = self.store.messages(self.cid)
+            self._render_history()
+        self.conv_model.reload()
+        self._select_current()
+
+    # -------------------------------------------------------------------------------------------------- view
+    def _message_body(self, m, blocks) -> str:
+        if m.role == "user":
+            return f"<p>{html.escape(m.content).replace(chr(10), '<br>')}</p>"
+        return markdown_html(m.content, blocks)
+
+    def _render_history(self):
+        """Renders the finished messages once; frames only redraw the answer being streamed."""
+        blocks: list[str] = []
+        parts = []
+        for i, m in enumerate(self.messages):
+            if m.id == self.stream_mid:
+                continue
+            note = "" if m.complete else "(interrupted)"
+            if m.stats.get("finish_reason") == "stopped":
+                note = "(stopped)"
+            parts.append(message_html(i, m.role, self._message_body(m, blocks), editable=m.role == "user",
+                                      note=note))
+        self._history_html = "".join(parts)
+        self._history_blocks = blocks
+        self._dirty = True
+        self._draw_frame()
+
+    def _draw_frame(self):
+        if not self._dirty:
+            return
+        self._dirty = False
+        blocks = list(self._history_blocks)
+        body = self._history_html
+        if self.generating and self.stream_cid == self.cid:
+            if self.settings["tint_speculation"]:
+                streamed = tinted_html(self.stream_pieces, self.colors)
+            else:
+                streamed = markdown_html(self.stream_text, blocks) if self.stream_text else "<p>…</p>"
+            body += message_html(len(self.messages) - 1, "assistant", streamed, editable=False, note="(writing)")
+            if self.stream_stats:
+                self.stats.update_stats(self.stream_stats)
+        self.code_blocks = blocks
+        bar = self.view.verticalScrollBar()
+        at_bottom = bar.value() >= bar.maximum() - 4
+        self.view.document().setDefaultStyleSheet(theme.chat_css(self.colors))
+        self.view.setHtml(f"<html><body>{body}</body></html>")
+        if at_bottom:
+            bar.setValue(bar.maximum())
+
+    def _on_link(self, url: QUrl):
+        kind, _, arg = url.toString().partition(":")
+        if kind == "copy-code":
+            QApplication.clipboard().setText(self.code_blocks[int(arg)])
+            self.status.setText("Code copied")
+        elif kind == "copy-msg":
+            QApplication.clipboard().setText(self.messages[int(arg)].content)
+            self.status.setText("Message copied")
+        elif kind == "edit-msg" and not self.generating:
+            self.edit_message(int(arg))
+
+    def edit_message(self, index: int):
+        """Puts a user message back in the input; sending replaces it and drops everything after it."""
+        self.editing_index = index
+        self.input.setPlainText(self.messages[index].content)
+        self.input.setFocus()
+        self.status.setText("Editing a message: Send replaces it and continues from there")
+
+    # ------------------------------------------------------------------------------------------------ closing
+    def closeEvent(self, event):  # noqa: N802
+        self.stop()
+        self.frame.stop()
+        self.thread_.quit()
+        self.thread_.wait()
+        super().closeEvent(event)

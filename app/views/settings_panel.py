@@ -1,0 +1,163 @@
+"""The settings panel: model and how it runs (app-wide), and how it answers (app defaults, or this conversation's
+own values when 'This conversation only' is ticked). Emits the new values; the window saves them."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Signal
+from PySide6.QtWidgets import (QCheckBox, QComboBox, QDoubleSpinBox, QFormLayout, QGroupBox, QLineEdit,
+                               QPlainTextEdit, QPushButton, QSpinBox, QVBoxLayout, QWidget)
+
+from kwker.app.settings import DEFAULTS, PER_CONVERSATION
+
+PRECISIONS = [("Model's own", "auto"), ("bfloat16", "bf16"), ("Balanced (int8)", "balanced"), ("int4", "int4")]
+THEMES = [("Follow the system", "system"), ("Light", "light"), ("Dark", "dark")]
+
+
+def _spin(lo, hi, step=1.0, decimals=2, name=""):
+    w = QDoubleSpinBox() if isinstance(step, float) else QSpinBox()
+    w.setRange(lo, hi)
+    w.setSingleStep(step)
+    if isinstance(w, QDoubleSpinBox):
+        w.setDecimals(decimals)
+    w.setAccessibleName(name)
+    return w
+
+
+class SettingsPanel(QWidget):
+    changed = Signal(dict, bool)  # values, whether they apply to the current conversation only
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.model = QLineEdit()
+        self.model.setAccessibleName("model")
+        self.model.setToolTip("A hub id, a local folder or a .gguf file")
+        self.precision = QComboBox()
+        for label, value in PRECISIONS:
+            self.precision.addItem(label, value)
+        self.precision.setAccessibleName("precision")
+        self.draft_model = QComboBox()
+        self.draft_model.setEditable(True)
+        self.draft_model.setAccessibleName("draft model")
+        self.draft_model.setToolTip("Only models with the same tokenizer as the chat model are offered")
+        self.context_length = _spin(256, 32768, 256, name="context length")
+        self.threads = _spin(0, 256, 1, name="threads")
+        self.threads.setSpecialValueText("all cores")
+        self.theme = QComboBox()
+        for label, value in THEMES:
+            self.theme.addItem(label, value)
+        self.theme.setAccessibleName("theme")
+        self.tint = QCheckBox("Tint tokens that came from speculation")
+
+        self.lookup = QCheckBox("Prompt lookup")
+        self.lookup_tokens = _spin(1, 32, 1, name="lookup length")
+        self.temperature = _spin(0.0, 2.0, 0.05, name="temperature")
+        self.temperature.setToolTip("0 answers greedily")
+        self.top_p = _spin(0.0, 1.0, 0.05, name="top-p")
+        self.top_k = _spin(0, 1000, 1, name="top-k")
+        self.top_k.setSpecialValueText("off")
+        self.min_p = _spin(0.0, 1.0, 0.01, name="min-p")
+        self.repetition_penalty = _spin(0.5, 2.0, 0.05, name="repetition penalty")
+        self.seed = _spin(-1, 2**31 - 1, 1, name="seed")
+        self.seed.setSpecialValueText("random")
+        self.max_new_tokens = _spin(1, 32768, 64, name="max new tokens")
+        self.system_prompt = QPlainTextEdit()
+        self.system_prompt.setAccessibleName("system prompt")
+        self.system_prompt.setMaximumHeight(80)
+        self.conversation_only = QCheckBox("This conversation only")
+        self.apply_button = QPushButton("Apply")
+        self.apply_button.setAccessibleName("apply settings")
+        self.reset_button = QPushButton("Use app defaults")
+
+        run = QGroupBox("Model")
+        f = QFormLayout(run)
+        f.addRow("Model", self.model)
+        f.addRow("Precision", self.precision)
+        f.addRow("Draft model", self.draft_model)
+        f.addRow("Context length", self.context_length)
+        f.addRow("Threads", self.threads)
+        f.addRow("Theme", self.theme)
+        f.addRow(self.tint)
+        answer = QGroupBox("Answers")
+        g = QFormLayout(answer)
+        g.addRow(self.lookup, self.lookup_tokens)
+        g.addRow("Temperature", self.temperature)
+        g.addRow("Top-p", self.top_p)
+        g.addRow("Top-k", self.top_k)
+        g.addRow("Min-p", self.min_p)
+        g.addRow("Repetition penalty", self.repetition_penalty)
+        g.addRow("Seed", self.seed)
+        g.addRow("Max new tokens", self.max_new_tokens)
+        g.addRow("System prompt", self.system_prompt)
+        g.addRow(self.conversation_only)
+        layout = QVBoxLayout(self)
+        layout.addWidget(run)
+        layout.addWidget(answer)
+        layout.addWidget(self.apply_button)
+        layout.addWidget(self.reset_button)
+        layout.addStretch(1)
+        self.apply_button.clicked.connect(lambda: self.changed.emit(self.values(), self.conversation_only.isChecked()))
+        self.reset_button.clicked.connect(self._use_defaults)
+        self._app_values = dict(DEFAULTS)
+
+    def _use_defaults(self):
+        self.conversation_only.setChecked(False)
+        self.show_values(self._app_values, {})
+        self.changed.emit({}, True)  # clears the conversation's overrides
+
+    def set_draft_choices(self, names: list[str]) -> None:
+        current = self.draft_model.currentText()
+        self.draft_model.clear()
+        self.draft_model.addItem("")
+        self.draft_model.addItems(names)
+        self.draft_model.setCurrentText(current)
+
+    def show_values(self, app_values: dict, overrides: dict) -> None:
+        self._app_values = dict(app_values)
+        v = {**app_values, **overrides}
+        self.model.setText(v["model"])
+        self.precision.setCurrentIndex(max(0, self.precision.findData(v["precision"])))
+        self.draft_model.setCurrentText(v["draft_model"])
+        self.context_length.setValue(int(v["context_length"]))
+        self.threads.setValue(int(v["threads"]))
+        self.theme.setCurrentIndex(max(0, self.theme.findData(v["theme"])))
+        self.tint.setChecked(bool(v["tint_speculation"]))
+        self.lookup.setChecked(bool(v["lookup"]))
+        self.lookup_tokens.setValue(int(v["lookup_tokens"]))
+        self.temperature.setValue(float(v["temperature"]))
+        self.top_p.setValue(float(v["top_p"]))
+        self.top_k.setValue(int(v["top_k"]))
+        self.min_p.setValue(float(v["min_p"]))
+        self.repetition_penalty.setValue(float(v["repetition_penalty"]))
+        self.seed.setValue(int(v["seed"]))
+        self.max_new_tokens.setValue(int(v["max_new_tokens"]))
+        self.system_prompt.setPlainText(v["system_prompt"])
+        self.conversation_only.setChecked(bool(overrides))
+
+    def values(self) -> dict:
+        return {
+            "model": self.model.text().strip() or DEFAULTS["model"],
+            "precision": self.precision.currentData(),
+            "draft_model": self.draft_model.currentText().strip(),
+            "context_length": self.context_length.value(),
+            "threads": self.threads.value(),
+            "theme": self.theme.currentData(),
+            "tint_speculation": self.tint.isChecked(),
+            "lookup": self.lookup.isChecked(),
+            "lookup_tokens": self.lookup_tokens.value(),
+            "temperature": self.temperature.value(),
+            "top_p": self.top_p.value(),
+            "top_k": self.top_k.value(),
+            "min_p": self.min_p.value(),
+            "repetition_penalty": self.repetition_penalty.value(),
+            "seed": self.seed.value(),
+            "max_new_tokens": self.max_new_tokens.value(),
+            "system_prompt": self.system_prompt.toPlainText(),
+        }
+
+
+def split_values(values: dict, conversation_only: bool) -> tuple[dict, dict]:
+    """(app-wide values, conversation overrides) for values saved from the panel."""
+    if not conversation_only:
+        return values, {}
+    return ({k: v for k, v in values.items() if k not in PER_CONVERSATION},
+            {k: v for k, v in values.items() if k in PER_CONVERSATION})

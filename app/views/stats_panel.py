@@ -1,0 +1,99 @@
+"""Live statistics: tokens/s while streaming, prefill, measured speedup over plain decoding, accepted tokens by
+source, and a small chart of tokens/s over the answer."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QPointF, Qt
+from PySide6.QtGui import QColor, QPainter, QPen, QPolygonF
+from PySide6.QtWidgets import QFormLayout, QLabel, QVBoxLayout, QWidget
+
+
+class RateChart(QWidget):
+    """tokens/s samples over the answer, as a line."""
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.samples: list[float] = []
+        self.color = QColor("#2f6fde")
+        self.setMinimumHeight(70)
+        self.setAccessibleName("tokens per second chart")
+
+    def set_samples(self, samples: list[float]) -> None:
+        self.samples = samples[-200:]
+        self.update()
+
+    def paintEvent(self, event):  # noqa: N802
+        p = QPainter(self)
+        p.setRenderHint(QPainter.Antialiasing)
+        r = self.rect().adjusted(2, 2, -2, -2)
+        p.setPen(QPen(self.palette().mid().color(), 1))
+        p.drawRect(r)
+        if len(self.samples) < 2:
+            return
+        top = max(self.samples) * 1.15 or 1.0
+        n = len(self.samples) - 1
+        poly = QPolygonF([QPointF(r.left() + r.width() * i / n, r.bottom() - r.height() * v / top)
+                          for i, v in enumerate(self.samples)])
+        p.setPen(QPen(self.color, 2))
+        p.drawPolyline(poly)
+        p.setPen(self.palette().text().color())
+        p.drawText(r.adjusted(4, 2, 0, 0), Qt.AlignLeft | Qt.AlignTop, f"{max(self.samples):.0f} tok/s max")
+
+
+class StatsPanel(QWidget):
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.rate = QLabel("–")
+        self.rate.setObjectName("big")
+        self.rate.setAccessibleName("tokens per second")
+        self.speedup = QLabel("–")
+        self.speedup.setObjectName("big")
+        self.speedup.setAccessibleName("speedup over plain decoding")
+        self.prefill = QLabel("–")
+        self.per_step = QLabel("–")
+        self.lookup = QLabel("–")
+        self.draft = QLabel("–")
+        self.reference = QLabel("–")
+        self.model = QLabel("–")
+        self.model.setWordWrap(True)
+        self.chart = RateChart()
+        form = QFormLayout()
+        form.addRow("Generation", self.rate)
+        form.addRow("Speedup", self.speedup)
+        form.addRow("Plain decoding", self.reference)
+        form.addRow("Prompt", self.prefill)
+        form.addRow("Tokens per step", self.per_step)
+        form.addRow("Lookup accepted", self.lookup)
+        form.addRow("Draft accepted", self.draft)
+        form.addRow("Model", self.model)
+        layout = QVBoxLayout(self)
+        layout.addLayout(form)
+        layout.addWidget(self.chart)
+        layout.addStretch(1)
+        self.reference_rate = 0.0
+        self.samples: list[float] = []
+
+    def set_model(self, info: dict) -> None:
+        self.reference_rate = info.get("reference_tokens_per_s", 0.0)
+        self.reference.setText(f"{self.reference_rate:.1f} tokens/s (measured at load)")
+        draft = f", draft {info['draft']}" if info.get("draft") else ""
+        self.model.setText(f"{info['model']} · {info['precision']} · {info['isa']} · {info['threads']} threads{draft}")
+
+    def start(self) -> None:
+        self.samples = []
+        self.chart.set_samples([])
+
+    def update_stats(self, s: dict) -> None:
+        rate = s.get("tokens_per_s", 0.0)
+        if s.get("new_tokens", 0) > 1:
+            self.samples.append(rate)
+            self.chart.set_samples(self.samples)
+        self.rate.setText(f"{rate:.1f} tokens/s")
+        self.speedup.setText(f"{rate / self.reference_rate:.2f}×" if self.reference_rate and rate else "–")
+        fresh = s.get("prompt_tokens", 0) - s.get("reused_prompt_tokens", 0)
+        self.prefill.setText(f"{fresh} new tokens in {s.get('prefill_s', 0) * 1000:.0f} ms "
+                             f"({s.get('reused_prompt_tokens', 0)} reused from the cache)")
+        self.per_step.setText(f"{s.get('tokens_per_step', 0):.2f}")
+        for label, src in ((self.lookup, "lookup"), (self.draft, "draft")):
+            prop, acc = s.get("proposed", {}).get(src, 0), s.get("accepted", {}).get(src, 0)
+            label.setText(f"{acc} of {prop} ({acc / prop:.0%})" if prop else "–")
