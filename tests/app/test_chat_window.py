@@ -1,0 +1,126 @@
+"""The real window with the real small model (offscreen): streaming, stop, regenerate, edit, settings, restart,
+export, and a responsive UI thread."""
+
+import json
+import time
+
+import pytest
+from PySide6.QtCore import QTimer
+
+from conftest import answer, open_window
+
+pytestmark = pytest.mark.slow
+
+
+def test_send_streams_an_answer(qtbot, data_dir):
+    win = open_window(qtbot)
+    seen = []
+    win.worker.chunk.connect(lambda text, *_: seen.append(text))
+    msg = answer(qtbot, win, "What is the capital of France?")
+    assert msg.role == "assistant" and msg.complete and "Paris" in msg.content
+    assert len(seen) > 3 and "".join(seen) == msg.content  # it arrived token by token
+    assert "Paris" in win.view.toPlainText()
+    assert win.stats.rate.text().endswith("tokens/s") and win.stats.speedup.text().endswith("×")
+    assert win.title.text() == "What is the capital of France?"
+
+
+def test_stop_keeps_the_partial_answer(qtbot, data_dir):
+    win = open_window(qtbot, {"max_new_tokens": 400})
+    win.send("Write a long story about a lighthouse keeper.")
+    qtbot.waitUntil(lambda: len(win.stream_text) > 40, timeout=60_000)
+    assert win.send_button.text() == "Stop"
+    win.send_button.click()
+    qtbot.waitUntil(lambda: not win.generating, timeout=10_000)
+    msg = win.messages[-1]
+    assert len(msg.content) >= 40 and msg.stats["finish_reason"] == "stopped" and msg.stats["new_tokens"] < 400
+    assert "(stopped)" in win.view.toPlainText() and win.send_button.text() == "Send"
+
+
+def test_regenerate_and_edit(qtbot, data_dir):
+    win = open_window(qtbot)
+    first = answer(qtbot, win, "Name a colour.")
+    win.regenerate()
+    qtbot.waitUntil(lambda: not win.generating, timeout=60_000)
+    assert [m.role for m in win.messages] == ["user", "assistant"]
+    assert win.messages[-1].content == first.content  # greedy: the same answer again
+    answer(qtbot, win, "And a fruit?")
+    win.edit_message(0)
+    assert win.input.toPlainText() == "Name a colour."
+    win.send("What is the capital of France?")
+    qtbot.waitUntil(lambda: not win.generating, timeout=60_000)
+    assert [m.content for m in win.messages if m.role == "user"] == ["What is the capital of France?"]
+    assert "Paris" in win.messages[-1].content
+
+
+def test_settings_change_the_next_answer_and_keep_exactness(qtbot, data_dir):
+    win = open_window(qtbot, {"temperature": 0.9, "seed": 1234, "max_new_tokens": 32})
+    texts = []
+    for lookup in (True, True, False):
+        values = {**win.settings_panel.values(), "lookup": lookup}
+        win.apply_settings(values, conversation_only=False)
+        win.new_chat()
+        texts.append(answer(qtbot, win, "Tell me something about cats.").content)
+    assert texts[0] == texts[1] == texts[2]  # same seed: same text, with and without prompt lookup
+    win.apply_settings({**win.settings_panel.values(), "seed": 99}, conversation_only=True)
+    win.regenerate()
+    qtbot.waitUntil(lambda: not win.generating, timeout=60_000)
+    assert win.messages[-1].content != texts[0]  # this conversation's own seed
+
+
+def test_restart_keeps_conversations_and_settings(qtbot, data_dir):
+    win = open_window(qtbot)
+    answer(qtbot, win, "What is the capital of France?")
+    win.apply_settings({**win.settings_panel.values(), "max_new_tokens": 77, "system_prompt": "Be brief."}, False)
+    cid = win.cid
+    win.close()
+    again = open_window(qtbot, keep_saved=True)
+    assert again.cid == cid and [m.role for m in again.messages] == ["user", "assistant"]
+    assert again.settings["max_new_tokens"] == 77 and again.settings_panel.system_prompt.toPlainText() == "Be brief."
+    assert "Paris" in again.view.toPlainText()
+
+
+def test_conversation_list_rename_search_delete_and_export(qtbot, data_dir, tmp_path):
+    from pytestqt.modeltest import ModelTester
+
+    win = open_window(qtbot)
+    answer(qtbot, win, "What is the capital of France?")
+    first = win.cid
+    win.new_chat()
+    answer(qtbot, win, "Say hello.")
+    ModelTester(None).check(win.conv_model)
+    model = win.conv_model
+    model.setData(model.index(model.row_of(first)), "Geography")
+    win.search.setText("Paris")  # matches message text too
+    assert [c.title for c in model.items] == ["Geography"]
+    win.search.setText("")
+    win.open_conversation(first)
+    win.export_to(str(tmp_path / "c.md"), "md")
+    win.export_to(str(tmp_path / "c.json"), "json")
+    md = (tmp_path / "c.md").read_text()
+    assert md.startswith("# Geography") and "Paris" in md
+    data = json.loads((tmp_path / "c.json").read_text())
+    assert [m["role"] for m in data["messages"]] == ["user", "assistant"]
+    win.delete_current(confirm=False)
+    assert first not in [c.id for c in win.store.conversations()]
+
+
+def test_ui_thread_never_blocks_for_50_ms_while_streaming(qtbot, data_dir):
+    win = open_window(qtbot, {"max_new_tokens": 200})
+    gaps, last = [], [time.perf_counter()]
+
+    def tick():
+        now = time.perf_counter()
+        gaps.append(now - last[0])
+        last[0] = now
+
+    timer = QTimer()
+    timer.setInterval(10)
+    timer.timeout.connect(tick)
+    win.send("Write a poem about the sea, with many verses.")
+    qtbot.waitUntil(lambda: len(win.stream_text) > 0, timeout=60_000)
+    last[0] = time.perf_counter()
+    timer.start()
+    qtbot.waitUntil(lambda: not win.generating, timeout=120_000)
+    timer.stop()
+    assert len(gaps) > 50
+    assert max(gaps) < 0.050, f"the UI thread was blocked for {max(gaps) * 1000:.0f} ms"
