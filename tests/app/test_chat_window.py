@@ -7,7 +7,7 @@ import time
 import pytest
 from PySide6.QtCore import QTimer
 
-from conftest import answer, open_window
+from app_helpers import answer, open_window
 
 pytestmark = pytest.mark.slow
 

@@ -1,19 +1,21 @@
 """Kill the app mid-answer: everything it had saved is still there, and the next start shows it."""
 
 import os
+import selectors
 import signal
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 
-from conftest import answer, open_window
+from app_helpers import answer, open_window
 
 pytestmark = pytest.mark.slow
 
 CHILD = textwrap.dedent("""
-    import sys
+    from PySide6.QtCore import QTimer
     from PySide6.QtWidgets import QApplication
     from kwker.app.store import Store
     from kwker.app.views.main_window import MainWindow
@@ -30,22 +32,38 @@ CHILD = textwrap.dedent("""
 
     win.worker.chunk.disconnect(win._on_chunk)
     win.worker.chunk.connect(on_chunk)
-    win.worker.loaded.connect(lambda info: win.send("Write a long story about a lighthouse keeper."))
+    # Send from the GUI thread once the model is ready (a timer, as a user would click).
+    timer = QTimer(interval=50)
+    timer.timeout.connect(lambda: win.model_info and not win.generating and
+                          win.send("Write a long story about a lighthouse keeper.") and timer.stop())
+    timer.start()
     app.exec()
 """)
 
 
-def test_killed_mid_stream_loses_nothing_saved(qtbot, data_dir):
+def saved_lengths(child, deadline):
+    """The lengths the child reports having saved, line by line, until the deadline."""
+    sel = selectors.DefaultSelector()
+    sel.register(child.stdout, selectors.EVENT_READ)
+    while time.time() < deadline and sel.select(timeout=max(0.0, deadline - time.time())):
+        line = child.stdout.readline()
+        if not line:
+            return
+        yield int(line)
+
+
+def test_killed_mid_stream_loses_nothing_saved(qtbot, data_dir, tmp_path):
     env = {**os.environ, "QT_QPA_PLATFORM": "offscreen"}
-    child = subprocess.Popen([sys.executable, "-c", CHILD], stdout=subprocess.PIPE, text=True, env=env)
+    with open(tmp_path / "child.err", "w") as err:
+        child = subprocess.Popen([sys.executable, "-c", CHILD], stdout=subprocess.PIPE, stderr=err, text=True,
+                                 env=env)
     saved = 0
-    for line in child.stdout:
-        saved = int(line)
+    for saved in saved_lengths(child, time.time() + 300):
         if saved > 60:
             break
     child.send_signal(signal.SIGKILL)
     child.wait()
-    assert saved > 60
+    assert saved > 60, (tmp_path / "child.err").read_text()[-3000:]
     from kwker.app.store import Store
 
     store = Store()

@@ -4,7 +4,7 @@ prompts of different lengths, sequences finishing at different times and newcome
 import pytest
 import torch
 
-from conftest import tiny_llama
+from helpers import tiny_llama
 from kwker.decode import KwkDecoder
 
 PROMPTS = [[5, 9, 33, 102, 7, 61, 5, 9, 33], [400, 12], [7] * 40, [3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5], [88, 77, 66],

@@ -4,7 +4,7 @@
 import pytest
 import torch
 
-from conftest import tiny_llama
+from helpers import tiny_llama
 from kwker.decode import KwkDecoder
 
 SEQ = torch.randint(0, 1000, (40,), generator=torch.Generator().manual_seed(3)).tolist()

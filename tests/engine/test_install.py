@@ -3,7 +3,7 @@
 import torch
 from transformers import StoppingCriteria, StoppingCriteriaList, TextStreamer
 
-from conftest import tiny_llama
+from helpers import tiny_llama
 from kwker.decode import install, uninstall
 
 PROMPT = torch.tensor([[4, 8, 15, 16, 23, 42]])

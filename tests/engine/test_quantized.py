@@ -6,7 +6,7 @@ these are weight-only formats (activations stay float32), so the error is the we
 import pytest
 import torch
 
-from conftest import tiny_llama
+from helpers import tiny_llama
 from kwker.decode import KwkDecoder
 
 PROMPT = torch.tensor([[3, 17, 250, 9, 40, 511, 7, 99, 300, 12, 5, 6]])

@@ -5,7 +5,7 @@ import pytest
 import torch
 from scipy.stats import chisquare
 
-from conftest import tiny_llama
+from helpers import tiny_llama
 from kwker.decode import KwkDecoder
 from kwker.sampling import Sampler, SamplingParams
 

@@ -12,7 +12,7 @@ import pytest
 import torch
 from transformers import AutoTokenizer
 
-from conftest import tiny_llama
+from helpers import tiny_llama
 from kwker.decode import KwkDecoder
 from kwker.serve import QueueFull, ServingEngine, create_app
 

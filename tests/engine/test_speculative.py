@@ -4,7 +4,7 @@ prompt lookup and a draft model, bit for bit (the batch-invariant kernels make t
 import pytest
 import torch
 
-from conftest import tiny_llama
+from helpers import tiny_llama
 from kwker.decode import KwkDecoder
 from kwker.speculative import LookupProposer
 

@@ -2,7 +2,7 @@
 
 import torch
 
-from conftest import tiny_llama
+from helpers import tiny_llama
 from kwker.decode import KwkDecoder
 from kwker.streaming import StreamingDetokenizer
 

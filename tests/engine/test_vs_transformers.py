@@ -10,7 +10,7 @@ Tolerances (max abs difference relative to the largest |logit| of the reference)
 import pytest
 import torch
 
-from conftest import tiny_llama
+from helpers import tiny_llama
 from kwker.decode import KwkDecoder
 
 SHAPES = {

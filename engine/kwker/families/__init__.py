@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from kwker.families import llama
+from kwker.families import llama, mistral, qwen2
 
-FAMILIES: dict[str, ModuleType] = {"llama": llama}
+FAMILIES: dict[str, ModuleType] = {"llama": llama, "mistral": mistral, "qwen2": qwen2}
 
 
 def family_for(model) -> ModuleType | None:

