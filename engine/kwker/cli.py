@@ -85,6 +85,66 @@ def cmd_serve(args) -> int:
     return 0
 
 
+def cmd_models(args) -> int:
+    from kwker.models import hub
+
+    if args.action == "list":
+        rows = hub.cached_models()
+        for repo, size, path in rows:
+            print(f"{repo}\t{size / 1e6:.1f} MB\t{path}")
+        if not rows:
+            print("no models in the Hugging Face cache", file=sys.stderr)
+        return 0
+    if args.action == "search":
+        for repo in hub.search(args.name):
+            print(repo)
+        return 0
+    if args.action == "remove":
+        print(f"removed {args.name} ({hub.remove(args.name) / 1e6:.1f} MB freed)")
+        return 0
+    if args.action == "import":
+        return _import(args.name)
+    from tqdm import tqdm
+
+    bar = tqdm(unit="B", unit_scale=True, unit_divisor=1024, desc=args.name)
+
+    def progress(p):
+        bar.total = p.total
+        bar.n = p.done
+        bar.set_postfix_str(p.file, refresh=False)
+        bar.refresh()
+
+    try:
+        path = hub.download(args.name, token=args.token, progress=progress)
+    except KeyboardInterrupt:
+        bar.close()
+        print("kwker: interrupted; run the same command again to resume", file=sys.stderr)
+        return 130
+    bar.close()
+    print(path)
+    return 0
+
+
+def _import(path: str) -> int:
+    """Checks that a local folder or .gguf file can run, without loading its weights twice."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from kwker.decode import runner_unsupported
+    from kwker.models.loader import resolve_model
+
+    folder = resolve_model(path, progress=_progress)
+    config = AutoConfig.from_pretrained(folder)
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config)
+    reason = runner_unsupported(model, min(2048, getattr(config, "max_position_embeddings", 2048)))
+    if reason:
+        print(f"kwker: {path} cannot run: {reason}", file=sys.stderr)
+        return 2
+    print(f"{path} is ready: {folder}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kwker", description="Fast, exact LLM inference on a plain CPU.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -130,6 +190,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--max-cache-len", type=int, default=2048)
     s.add_argument("--threads", type=int, default=None)
     s.set_defaults(func=cmd_serve)
+
+    m = sub.add_parser("models", help="list, download, import, remove or search models")
+    m.add_argument("action", choices=["list", "download", "import", "remove", "search"])
+    m.add_argument("name", nargs="?", default="", help="repo id, local path, or search text")
+    m.add_argument("--token", default=None, help="a Hugging Face token for gated or private repos")
+    m.set_defaults(func=cmd_models)
     return parser
 
 
@@ -142,7 +208,7 @@ def main(argv=None) -> int:
         args.temperature = 0.0
     try:
         return args.func(args)
-    except (ValueError, RuntimeError) as e:
+    except (ValueError, RuntimeError, OSError) as e:
         print(f"kwker: {e}", file=sys.stderr)
         return 2
 

@@ -1,0 +1,151 @@
+"""Downloads with the real huggingface_hub client against a hub look-alike on 127.0.0.1: full download, resume
+after a cut or a cancel (bytes not fetched twice), a corrupted file caught by its sha256, a gated repo, a full disk,
+and the `kwker models` command."""
+
+import os
+import subprocess
+import sys
+import threading
+import textwrap
+
+import huggingface_hub.constants as hf_constants
+import pytest
+import torch
+from transformers import AutoModelForCausalLM
+
+import hub_server
+from helpers import tiny_llama
+from kwker.decode import KwkDecoder
+from kwker.models import hub
+
+REPO = "tiny/llama"
+
+
+@pytest.fixture
+def hubsrv(tmp_path, monkeypatch):
+    folder = tmp_path / "repo"
+    model = tiny_llama(vocab=1000, hidden=256, heads=4, kv_heads=2, inter=512, layers=4)
+    model.save_pretrained(folder)  # ~7 MB of safetensors, config.json, generation_config.json
+    state = hub_server.HubState({REPO: folder, "tiny/gated": folder})
+    state.gated["tiny/gated"] = "hf_secret"
+    server, url = hub_server.start(state)
+    monkeypatch.setenv("HF_ENDPOINT", url)
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    monkeypatch.setattr(hf_constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(hf_constants, "HF_HUB_CACHE", str(tmp_path / "hf-cache"))
+    yield state, url, folder, tmp_path / "hf-cache"
+    server.shutdown()
+
+
+def weights_size(folder):
+    return (folder / "model.safetensors").stat().st_size
+
+
+def test_full_download_runs(hubsrv):
+    state, _, folder, cache = hubsrv
+    seen = []
+    snap = hub.download(REPO, progress=seen.append)
+    assert (snap / "model.safetensors").read_bytes() == (folder / "model.safetensors").read_bytes()
+    assert (snap / "config.json").exists() and (snap / "model.safetensors").is_symlink()
+    assert seen[-1].done == seen[-1].total and all(a.done <= b.done for a, b in zip(seen, seen[1:]))
+    model = AutoModelForCausalLM.from_pretrained(snap).eval()
+    assert KwkDecoder(model, max_cache_len=32).generate(torch.tensor([[1, 2, 3]]), max_new_tokens=4).shape == (1, 7)
+    assert [r for r, _, _ in hub.cached_models()] == [REPO]
+    assert hub.remove(REPO) > weights_size(folder)
+    assert hub.cached_models() == []
+
+
+def test_cut_transfer_resumes_without_refetching(hubsrv):
+    state, _, folder, _ = hubsrv
+    size = weights_size(folder)
+    state.cut_after["model.safetensors"] = size // 3  # the connection drops a third of the way in
+    snap = hub.download(REPO)
+    starts = [b for name, b in state.starts if name == "model.safetensors"]
+    assert starts[0] == 0 and starts[1] == size // 3  # the retry asked only for the rest
+    assert (snap / "model.safetensors").read_bytes() == (folder / "model.safetensors").read_bytes()
+
+
+def test_cancel_then_resume_in_a_later_call(hubsrv):
+    state, _, folder, cache = hubsrv
+    size = weights_size(folder)
+    state.delay_per_chunk = 0.002
+    cancel = threading.Event()
+    result = {}
+
+    def run():
+        try:
+            hub.download(REPO, cancel=cancel, progress=lambda p: p.done > size // 2 and cancel.set())
+        except hub.Cancelled as e:
+            result["error"] = e
+
+    t = threading.Thread(target=run)
+    t.start()
+    t.join(60)
+    assert "cancelled" in str(result["error"])
+    partial = list(cache.rglob("*.incomplete"))
+    assert len(partial) == 1 and 0 < partial[0].stat().st_size < size
+    kept = partial[0].stat().st_size
+    state.delay_per_chunk = 0.0
+    state.starts.clear()
+    snap = hub.download(REPO)
+    assert state.starts == [("model.safetensors", kept)]  # only the missing bytes were asked for
+    assert (snap / "model.safetensors").read_bytes() == (folder / "model.safetensors").read_bytes()
+
+
+def test_corrupted_file_is_caught_and_fetched_again(hubsrv):
+    state, _, folder, _ = hubsrv
+    state.corrupt_once.add("model.safetensors")
+    snap = hub.download(REPO)
+    assert (snap / "model.safetensors").read_bytes() == (folder / "model.safetensors").read_bytes()
+    assert state.served["model.safetensors"] == 2 * weights_size(folder)
+
+
+def test_gated_repo_needs_a_token(hubsrv, monkeypatch):
+    with pytest.raises(hub.GatedRepoError, match="gated"):
+        hub.download("tiny/gated")
+    monkeypatch.setenv("HF_TOKEN", "hf_secret")
+    assert (hub.download("tiny/gated") / "model.safetensors").exists()
+
+
+def test_unknown_repo_is_a_clear_error(hubsrv):
+    with pytest.raises(hub.DownloadError, match="not found"):
+        hub.download("tiny/nothing")
+
+
+def test_full_disk_is_a_clear_error_and_stays_resumable(hubsrv):
+    state, url, folder, cache = hubsrv
+    code = textwrap.dedent(f"""
+        import resource, signal, sys
+        import huggingface_hub.constants as c
+        c.HF_HUB_OFFLINE = False
+        c.HF_HUB_CACHE = {str(cache)!r}
+        from kwker.models import hub
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (3_000_000, 3_000_000))  # a quota smaller than the weights
+        try:
+            hub.download({REPO!r})
+        except hub.DiskFullError as e:
+            print(e)
+            sys.exit(3)
+    """)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       env={**os.environ, "HF_ENDPOINT": url, "HF_HUB_OFFLINE": "0"})
+    assert r.returncode == 3, r.stderr
+    assert "disk is full" in r.stdout and "resume" in r.stdout
+    partial = list(cache.rglob("*.incomplete"))
+    assert len(partial) == 1 and partial[0].stat().st_size == 3_000_000
+    assert (hub.download(REPO) / "model.safetensors").read_bytes() == (folder / "model.safetensors").read_bytes()
+
+
+def test_models_command(hubsrv):
+    state, url, folder, cache = hubsrv
+    env = {**os.environ, "HF_ENDPOINT": url, "HF_HUB_OFFLINE": "0", "HF_HUB_CACHE": str(cache)}
+    r = subprocess.run([sys.executable, "-m", "kwker.cli", "models", "download", REPO], capture_output=True,
+                       text=True, env=env)
+    assert r.returncode == 0, r.stderr
+    r = subprocess.run([sys.executable, "-m", "kwker.cli", "models", "list"], capture_output=True, text=True,
+                       env=env)
+    assert REPO in r.stdout
+    r = subprocess.run([sys.executable, "-m", "kwker.cli", "models", "download", "tiny/gated"], capture_output=True,
+                       text=True, env=env)
+    assert r.returncode != 0 and "gated" in r.stderr
