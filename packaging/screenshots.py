@@ -59,6 +59,11 @@ def main(out: Path) -> int:
     win.tabs.setCurrentWidget(win.stats)
     pause(200)
     win.grab().save(str(out / "main-dark.png"))
+    picker = win.open_models()
+    picker.search.setText("Qwen")
+    pause(200)
+    picker.grab().save(str(out / "model-picker.png"))
+    picker.close()
     win.close()
     print("\n".join(str(p) for p in sorted(out.glob("*.png"))))
     return 0

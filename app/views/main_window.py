@@ -102,6 +102,9 @@ class MainWindow(QMainWindow):
         self.conv_list.setModel(self.conv_model)
         self.conv_list.setAccessibleName("conversations")
         self.conv_list.clicked.connect(lambda idx: self.open_conversation(idx.data(IdRole)))
+        models_btn = QPushButton("Models…")
+        models_btn.setAccessibleName("models")
+        models_btn.clicked.connect(self.open_models)
         new_btn = QPushButton("New chat")
         new_btn.setAccessibleName("new chat")
         new_btn.clicked.connect(self.new_chat)
@@ -114,6 +117,7 @@ class MainWindow(QMainWindow):
         sl.addWidget(new_btn)
         sl.addWidget(self.search)
         sl.addWidget(self.conv_list, 1)
+        sl.addWidget(models_btn)
         row = QHBoxLayout()
         row.addWidget(rename_btn)
         row.addWidget(delete_btn)
@@ -239,6 +243,20 @@ class MainWindow(QMainWindow):
         self.send_button.setEnabled(False)
         self.status.setText(f"Could not load the model: {msg}")
         self.tabs.setCurrentWidget(self.settings_panel)
+
+    def open_models(self):
+        """The model picker; choosing a model or a draft reloads with it."""
+        from kwker.app.views.model_picker import ModelPicker
+
+        self.picker = ModelPicker(self.settings["model"], self)
+        self.picker.model_chosen.connect(lambda repo: self._switch_model(model=repo, draft_model=""))
+        self.picker.draft_chosen.connect(lambda repo: self._switch_model(draft_model=repo))
+        self.picker.show()
+        return self.picker
+
+    def _switch_model(self, **changes):
+        self.apply_settings({**self.settings_panel.values(), **changes}, conversation_only=False)
+        self.settings_panel.show_values(self.settings, self.store.conversation(self.cid).overrides)
 
     def _draft_candidates(self) -> list[str]:
         """Models we know share the loaded model's tokenizer (same family of the catalog)."""

@@ -44,6 +44,10 @@ def make_handler(state: HubState):
 
         def do_GET(self):  # noqa: N802
             path = self.path.split("?")[0]
+            if path == "/api/models":  # search: every repo whose id contains the text
+                text = re.search(r"search=([^&]*)", self.path)
+                text = text.group(1) if text else ""
+                return self._json(200, [{"id": r, "modelId": r} for r in state.repos if text in r])
             m = re.fullmatch(r"/api/models/([^/]+/[^/]+)(?:/revision/[^/]+)?", path)
             if m:
                 return self._info(m.group(1))

@@ -20,6 +20,15 @@ class CatalogEntry:
     draft: str | None = None
     gated: bool = False
     offline_source: str | None = None
+    layers: int = 0
+    kv_heads: int = 0
+    head_dim: int = 0
+
+    @property
+    def runs_natively(self) -> bool:
+        from kwker.families import FAMILIES
+
+        return self.family in FAMILIES
 
 
 @cache
@@ -39,3 +48,27 @@ def same_tokenizer(model_id: str) -> list[str]:
         return []
     return [e.id for e in sorted(catalog(), key=lambda e: e.params) if e.tokenizer == me.tokenizer and e.id != me.id
             and e.params < me.params]
+
+
+BYTES_PER_WEIGHT = {"auto": 4.0, "fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "balanced": 8.5 / 8, "int4": 4.5 / 8}
+OVERHEAD_BYTES = 450e6  # Python, torch, transformers and the decoder's scratch
+
+
+def memory_needed(e: CatalogEntry, precision: str, context: int) -> float:
+    """Bytes of RAM to run e: packed weights + float32 KV cache for `context` tokens + the runtime."""
+    kv = 2 * e.layers * e.kv_heads * e.head_dim * 4 * context
+    return e.params * BYTES_PER_WEIGHT.get(precision, 4.0) + kv + OVERHEAD_BYTES
+
+
+def available_memory() -> float:
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024.0
+    return float("inf")
+
+
+def fit(e: CatalogEntry, precision: str, context: int, available: float | None = None) -> str:
+    """"fits", "tight" or "won't fit" on this machine's free memory (like Jan's pills)."""
+    need, have = memory_needed(e, precision, context), available or available_memory()
+    return "fits" if need < 0.7 * have else ("tight" if need < 0.95 * have else "won't fit")
