@@ -101,6 +101,8 @@ class MainWindow(QMainWindow):
         self.conv_list = QListView()
         self.conv_list.setModel(self.conv_model)
         self.conv_list.setAccessibleName("conversations")
+        self.conv_list.setTextElideMode(Qt.ElideRight)
+        self.conv_list.setHorizontalScrollBarPolicy(Qt.ScrollBarAlwaysOff)
         self.conv_list.clicked.connect(lambda idx: self.open_conversation(idx.data(IdRole)))
         models_btn = QPushButton("Models…")
         models_btn.setAccessibleName("models")
