@@ -79,6 +79,7 @@ class DownloadWorker(QObject):
     def __init__(self):
         super().__init__()
         self.cancel = threading.Event()
+        self.token: str | None = None  # set by the dialog before a download of a gated repo
 
     @Slot(str)
     def run(self, repo: str) -> None:
@@ -89,7 +90,7 @@ class DownloadWorker(QObject):
             self.progress.emit(int(100 * p.done / max(p.total, 1)),
                                f"{p.file}: {_size(p.done)} of {_size(p.total)}, {_size(p.speed)}/s{eta}")
         try:
-            path = hub.download(repo, progress=report, cancel=self.cancel)
+            path = hub.download(repo, token=self.token, progress=report, cancel=self.cancel)
             self.done.emit(repo, str(path))
         except hub.DownloadError as e:
             self.failed.emit(str(e))
@@ -115,6 +116,9 @@ class ModelPicker(QDialog):
         for label, value in (("int4", "int4"), ("int8", "balanced"), ("bfloat16", "bf16"), ("float32", "fp32")):
             self.precision.addItem(f"Fit at {label}", value)
         self.precision.currentIndexChanged.connect(self._refit)
+        self.token = QLineEdit(placeholderText="Hugging Face token (gated models)")
+        self.token.setEchoMode(QLineEdit.Password)
+        self.token.setAccessibleName("Hugging Face token")
         self.table = QTableView()
         self.table.setModel(self.table_model)
         self.table.setSelectionBehavior(QTableView.SelectRows)
@@ -144,6 +148,7 @@ class ModelPicker(QDialog):
         top.addWidget(self.search, 1)
         top.addWidget(hub_button)
         top.addWidget(self.precision)
+        top.addWidget(self.token)
         buttons = QHBoxLayout()
         for b in (self.download_button, self.cancel_button, use, draft, delete, import_button):
             buttons.addWidget(b)
@@ -202,6 +207,7 @@ class ModelPicker(QDialog):
         self.cancel_button.setEnabled(True)
         self.download_button.setEnabled(False)
         self.status.setText(f"Downloading {row['id']}…")
+        self.worker.token = self.token.text().strip() or None
         self.request_download.emit(row["id"])
 
     def _on_progress(self, percent: int, text: str):

