@@ -2,6 +2,7 @@
 
 import contextlib
 import io
+import re
 from pathlib import Path
 
 HERE = Path(__file__).parent
@@ -26,6 +27,11 @@ def page_examples(text: str) -> list[tuple[str, str]]:
     return examples
 
 
+def markdown_examples(text: str) -> list[tuple[str, str]]:
+    """(code, expected output) pairs of a Markdown page: a ```python block followed by a ```text block."""
+    return re.findall(r"```python\n(.*?)```\s*```text\n(.*?)```", text, flags=re.S)
+
+
 def run_examples(examples):
     namespace: dict = {}
     for code, expected in examples:
@@ -38,4 +44,10 @@ def run_examples(examples):
 def test_generate_text_page_examples():
     examples = page_examples((HERE / "generate-text.txt").read_text())
     assert len(examples) == 4
+    run_examples(examples)
+
+
+def test_faster_generation_page_examples():
+    examples = markdown_examples((HERE / "faster-generation.md").read_text())
+    assert len(examples) == 1
     run_examples(examples)
