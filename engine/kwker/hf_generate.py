@@ -15,20 +15,33 @@ import torch
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
 
-def install(model, max_cache_len: int = 2048, precision: str | None = None, threads: int | None = None):
-    """Routes model.generate through a KwkDecoder built now (raises ValueError if the model cannot run)."""
+def install(model, max_cache_len: int = 2048, precision: str | None = None, threads: int | None = None,
+            draft=None):
+    """Routes model.generate through a KwkDecoder built now (raises ValueError if the model cannot run).
+
+    draft: a small model with the same tokenizer; it is installed too and, for greedy calls that name no assistant
+    of their own, passed to transformers' assisted generation as assistant_model (both models then run natively;
+    greedy output is unchanged, as transformers guarantees for assisted greedy decoding)."""
     from kwker.decode import KwkDecoder
 
     if hasattr(model, "_kwker_original_generate"):
         uninstall(model)
     decoder = KwkDecoder(model, max_cache_len=max_cache_len, precision=precision, threads=threads)
+    if draft is not None:
+        install(draft, max_cache_len=max_cache_len, precision=precision, threads=threads)
+        decoder.check_draft(draft._kwker_decoder)
     original = model.generate
     model._kwker_decoder = decoder
     model._kwker_original_generate = original
     model._kwker_fallback = None
+    vars(model)["_kwker_draft"] = draft  # not an nn.Module attribute: the draft must not become a submodule
 
     @functools.wraps(original)
     def generate(*args, **kwargs):
+        greedy = not kwargs.get("do_sample", getattr(model.generation_config, "do_sample", False))
+        if draft is not None and greedy and kwargs.get("assistant_model") is None and \
+                not kwargs.get("prompt_lookup_num_tokens"):
+            kwargs["assistant_model"] = draft
         reason = _fallback_reason(model, decoder, args, kwargs)
         model._kwker_fallback = reason
         if reason is not None:
@@ -42,8 +55,11 @@ def install(model, max_cache_len: int = 2048, precision: str | None = None, thre
 
 def uninstall(model):
     """Restores the model's original generate."""
+    draft = vars(model).get("_kwker_draft")
+    if draft is not None:
+        uninstall(draft)
     vars(model).pop("generate", None)  # install set an instance attribute over the class's method
-    for attr in ("_kwker_original_generate", "_kwker_decoder", "_kwker_fallback"):
+    for attr in ("_kwker_original_generate", "_kwker_decoder", "_kwker_fallback", "_kwker_draft"):
         vars(model).pop(attr, None)
     return model
 
@@ -55,8 +71,9 @@ def _fallback_reason(model, decoder, args, kwargs) -> str | None:
         return "beam search runs on the model's own forward"
     if kwargs.get("inputs_embeds") is not None:
         return "inputs_embeds runs on the model's own forward"
-    if kwargs.get("assistant_model") is not None:
-        return "assistant_model runs on the model's own forward"
+    assistant = kwargs.get("assistant_model")
+    if assistant is not None and not hasattr(assistant, "_kwker_decoder"):
+        return "an assistant_model that is not installed runs on the model's own forward (install it first)"
     input_ids = args[0] if args else kwargs.get("input_ids", kwargs.get("inputs"))
     if not isinstance(input_ids, torch.Tensor) or input_ids.dim() != 2:
         return "generate without a 2-D input_ids tensor runs on the model's own forward"

@@ -70,3 +70,17 @@ def test_prompt_lookup_through_hf_generate_runs_natively():
                           do_sample=False, pad_token_id=0, prompt_lookup_num_tokens=4)
     assert model._kwker_fallback is None
     assert torch.equal(fast, plain)
+
+
+def test_install_with_a_draft_runs_assisted_generation_natively():
+    model = tiny_llama(seed=1, hidden=96, heads=3, kv_heads=1, inter=128, layers=3)
+    small = tiny_llama(seed=2, hidden=48, heads=2, kv_heads=1, inter=64, layers=1)
+    plain = greedy(model, min_new_tokens=12)
+    install(model, max_cache_len=64, draft=small)
+    calls = []
+    original_run = small._kwker_decoder._run
+    small._kwker_decoder._run = lambda *a, **k: (calls.append(1), original_run(*a, **k))[1]
+    assert torch.equal(greedy(model, min_new_tokens=12), plain)
+    assert model._kwker_fallback is None and calls  # the draft proposed, natively
+    uninstall(model)
+    assert "generate" not in vars(small) and "generate" not in vars(model)
