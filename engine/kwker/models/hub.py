@@ -212,10 +212,10 @@ def search(text: str, limit: int = 20) -> list[str]:
 
 def cached_models() -> list[tuple[str, int, Path]]:
     """(repo id, bytes on disk, newest snapshot) of the models in the HF cache."""
-    from huggingface_hub import scan_cache_dir
+    from huggingface_hub import constants, scan_cache_dir
 
     try:
-        info = scan_cache_dir()
+        info = scan_cache_dir(constants.HF_HUB_CACHE)  # the cache in force now (HF_HUB_CACHE may have moved)
     except Exception:  # noqa: BLE001  (no cache yet)
         return []
     out = []
@@ -228,9 +228,9 @@ def cached_models() -> list[tuple[str, int, Path]]:
 
 def remove(repo_id: str) -> int:
     """Deletes a cached model; returns the bytes freed."""
-    from huggingface_hub import scan_cache_dir
+    from huggingface_hub import constants, scan_cache_dir
 
-    info = scan_cache_dir()
+    info = scan_cache_dir(constants.HF_HUB_CACHE)
     for repo in info.repos:
         if repo.repo_id == repo_id and repo.repo_type == "model":
             strategy = info.delete_revisions(*[r.commit_hash for r in repo.revisions])
