@@ -87,7 +87,7 @@ class Speculator:
         self._shadow: int | None = None  # lookup's first proposal, when it was not made
 
     def _cost(self, fed: int) -> float:
-        """Step time of `fed` tokens relative to a 1-token step (a mild prior until measured)."""
+        """Step time of `fed` tokens relative to a 1-token step (a mild prior for the one size not yet measured)."""
         base = self.step_s.get(1)
         if base and fed in self.step_s:
             return self.step_s[fed] / base
@@ -98,7 +98,10 @@ class Speculator:
         extra = self.draft_token_s / base if source == "draft" and base else 0.0
         best_k, best = 0, 1.0
         gain = 1.0
-        for k in range(1, min(self.limit[source], room) + 1):
+        # Only step sizes already measured, and one more: where a wide step costs nearly as much as several narrow
+        # ones (compute-bound formats, big models), proposals grow only as far as they are seen to pay.
+        widest = max(self.step_s, default=1)
+        for k in range(1, min(self.limit[source], room, widest) + 1):
             gain += a**k
             ratio = gain / (self._cost(k + 1) + extra * k)
             if ratio > best * 1.02:
