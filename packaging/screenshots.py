@@ -66,6 +66,7 @@ def main(out: Path) -> int:
     picker.close()
     win.close()
     print("\n".join(str(p) for p in sorted(out.glob("*.png"))))
+    app.quit()
     return 0
 
 

@@ -7,7 +7,6 @@ saved as it arrives and drawn at most once per frame."""
 from __future__ import annotations
 
 import html
-import time
 from pathlib import Path
 
 from PySide6.QtCore import Qt, QThread, QTimer, QUrl, Signal

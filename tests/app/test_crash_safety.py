@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from app_helpers import answer, open_window
+from app_helpers import open_window
 
 pytestmark = pytest.mark.slow
 

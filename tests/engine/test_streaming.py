@@ -1,6 +1,5 @@
 """stream_generate: chunks, closing stops generation, KV-cache reuse across calls, UTF-8 safe text pieces."""
 
-import torch
 
 from helpers import tiny_llama
 from kwker.decode import KwkDecoder
