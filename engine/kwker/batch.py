@@ -58,7 +58,6 @@ class BatchRunner:
         seconds = time.perf_counter() - t0
         results = []
         for (seq, feed, start, rows), (a, b) in zip(group, spans):
-            self.dec._cached[seq.slot] = self.dec._cached[seq.slot][:start] + list(feed)
             chunks = seq.absorb(len(feed), argmax[a:b], None if logits is None else logits[a:b], seconds)
             self.dec._cached[seq.slot] = seq.tokens[:seq.cached_len]
             results.append((seq, chunks))
