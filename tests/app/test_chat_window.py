@@ -7,7 +7,7 @@ import time
 import pytest
 from PySide6.QtCore import QTimer
 
-from app_helpers import answer, open_window
+from app_helpers import LOAD_TIMEOUT_MS, answer, open_window
 
 pytestmark = pytest.mark.slow
 
@@ -124,3 +124,22 @@ def test_ui_thread_never_blocks_for_50_ms_while_streaming(qtbot, data_dir):
     timer.stop()
     assert len(gaps) > 50
     assert max(gaps) < 0.050, f"the UI thread was blocked for {max(gaps) * 1000:.0f} ms"
+
+
+def test_switching_conversation_and_model_while_generating(qtbot, data_dir):
+    win = open_window(qtbot, {"max_new_tokens": 300})
+    win.send("Write a long story about a lighthouse keeper.")
+    first = win.cid
+    qtbot.waitUntil(lambda: len(win.stream_text) > 20, timeout=60_000)
+    win.new_chat()  # switch away mid-answer: the answer keeps streaming into its own conversation
+    assert win.cid != first and "lighthouse" not in win.view.toPlainText()
+    qtbot.waitUntil(lambda: len(win.stream_text) > 60, timeout=60_000)
+    win.apply_settings({**win.settings_panel.values(), "precision": "int4"}, conversation_only=False)  # reload
+    qtbot.waitUntil(lambda: not win.generating, timeout=60_000)
+    qtbot.waitUntil(lambda: win.model_info is not None and win.model_info["precision"] == "int4",
+                    timeout=LOAD_TIMEOUT_MS)
+    win.open_conversation(first)
+    msg = win.messages[-1]
+    assert msg.role == "assistant" and msg.complete and len(msg.content) >= 60
+    assert msg.stats["finish_reason"] == "stopped"
+    assert answer(qtbot, win, "What is the capital of France?").content  # the reloaded model answers
