@@ -1,8 +1,10 @@
-"""Families beyond Llama that share its layout: Qwen2 (q/k/v biases) and Mistral, against transformers."""
+"""Families beyond Llama that share its layout: Qwen2 (q/k/v biases), Qwen3 (q/k head norms) and Mistral, against
+transformers."""
 
 import pytest
 import torch
-from transformers import MistralConfig, MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM
+from transformers import (MistralConfig, MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM, Qwen3Config,
+                          Qwen3ForCausalLM)
 
 from kwker.decode import KwkDecoder, runner_unsupported
 
@@ -34,10 +36,24 @@ def mistral(**kw):
                                                   num_key_value_heads=2, max_position_embeddings=512, **kw)))
 
 
-@pytest.mark.parametrize("make", [qwen2, lambda: qwen2(tie_word_embeddings=True), mistral])
+def qwen3(**kw):
+    torch.manual_seed(3)
+    model = Qwen3ForCausalLM(Qwen3Config(vocab_size=1000, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                         num_attention_heads=4, num_key_value_heads=2, head_dim=32,
+                                         max_position_embeddings=512, **kw))
+    with torch.no_grad():
+        for layer in model.model.layers:  # q/k norm weights away from 1, so that a missing norm shows
+            layer.self_attn.q_norm.weight.uniform_(0.5, 1.5)
+            layer.self_attn.k_norm.weight.uniform_(0.5, 1.5)
+    return widen(model)
+
+
+@pytest.mark.parametrize("make", [qwen2, lambda: qwen2(tie_word_embeddings=True), mistral, qwen3,
+                                  lambda: qwen3(tie_word_embeddings=True)])
 def test_logits_and_greedy_match_transformers(make):
     model = make()
-    assert model.model.layers[0].self_attn.q_proj.bias is not None or isinstance(model, MistralForCausalLM)
+    if isinstance(model, Qwen2ForCausalLM):
+        assert model.model.layers[0].self_attn.q_proj.bias is not None
     dec = KwkDecoder(model, max_cache_len=128)
     with torch.no_grad():
         ref = model(PROMPT).logits[0]

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from kwker.families import llama, mistral, qwen2
+from kwker.families import llama, mistral, qwen2, qwen3
 
-FAMILIES: dict[str, ModuleType] = {"llama": llama, "mistral": mistral, "qwen2": qwen2}
+FAMILIES: dict[str, ModuleType] = {"llama": llama, "mistral": mistral, "qwen2": qwen2, "qwen3": qwen3}
 
 
 def family_for(model) -> ModuleType | None:

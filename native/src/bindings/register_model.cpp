@@ -31,6 +31,7 @@ Config config_from_dict(const py::dict& d) {
   c.attn_scale = d["attn_scale"].cast<float>();
   c.wtype = WType(d["wtype"].cast<int>());
   c.tied_embeddings = d["tied_embeddings"].cast<bool>();
+  c.qk_norm = d.contains("qk_norm") && d["qk_norm"].cast<bool>();
   return c;
 }
 

@@ -23,7 +23,7 @@ Model::Model(const Config& cfg, const float* rope_cos, const float* rope_sin, in
       pool_(n_threads),
       layers_(cfg.n_layer) {
   if (cfg.n_layer < 1 || cfg.n_embd < 1 || cfg.n_head < 1 || cfg.n_kv_head < 1 || cfg.head_dim < 2 ||
-      cfg.head_dim % 2 || cfg.n_ff < 1 || cfg.vocab < 1 || cfg.n_head % cfg.n_kv_head)
+      cfg.head_dim % 2 || cfg.head_dim > kMaxHeadDim || cfg.n_ff < 1 || cfg.vocab < 1 || cfg.n_head % cfg.n_kv_head)
     throw std::invalid_argument("invalid model configuration");
   if (max_cache_len < 1 || n_slots < 1 || max_step_tokens < 1 || max_out_rows < 1)
     throw std::invalid_argument("max_cache_len, n_slots, max_step_tokens and max_out_rows must be positive");
@@ -89,7 +89,9 @@ void Model::set_matrix(const std::string& name, const void* data, WType type, in
 }
 
 void Model::set_norm(const std::string& name, const float* data, int n) {
-  if (n != cfg_.n_embd) throw std::invalid_argument("norm " + name + " has the wrong size");
+  const bool per_head = name.size() > 7 && (name.compare(name.size() - 7, 7, ".q_norm") == 0 ||
+                                            name.compare(name.size() - 7, 7, ".k_norm") == 0);
+  if (n != (per_head ? cfg_.head_dim : cfg_.n_embd)) throw std::invalid_argument("norm " + name + " has the wrong size");
   Buffer* b = nullptr;
   if (name == "norm") {
     b = &final_norm_;
@@ -100,6 +102,8 @@ void Model::set_norm(const std::string& name, const float* data, int n) {
     const std::string part = name.substr(dot + 1);
     if (part == "attn_norm") b = &layers_[li].attn_norm;
     else if (part == "mlp_norm") b = &layers_[li].mlp_norm;
+    else if (part == "q_norm") b = &layers_[li].q_norm;
+    else if (part == "k_norm") b = &layers_[li].k_norm;
   }
   if (!b) throw std::invalid_argument("unknown norm " + name);
   *b = Buffer(sizeof(float) * n);
@@ -118,6 +122,10 @@ void Model::check_complete() const {
     const std::string p = "layers." + std::to_string(i) + ".";
     need(L.attn_norm.size() > 0, p + "attn_norm");
     need(L.mlp_norm.size() > 0, p + "mlp_norm");
+    if (cfg_.qk_norm) {
+      need(L.q_norm.size() > 0, p + "q_norm");
+      need(L.k_norm.size() > 0, p + "k_norm");
+    }
     for (auto [m, nm] : {std::pair{&L.wq, "q"}, {&L.wk, "k"}, {&L.wv, "v"}, {&L.wo, "o"}, {&L.wgate, "gate"},
                          {&L.wup, "up"}, {&L.wdown, "down"}})
       need(m->n > 0, p + nm);
@@ -157,8 +165,17 @@ void Model::rope_and_cache(int layer, const int32_t* slots, const int32_t* posit
   for (int t = t0; t < t1; t++) {
     const float* c = rope_cos_.as<float>() + size_t(positions[t]) * half;
     const float* s = rope_sin_.as<float>() + size_t(positions[t]) * half;
-    // out[i * stride] for i < head_dim: the rotated vector (stride kPanel writes a key into its panel column)
-    auto rotate = [&](const float* in, float* out, int stride) {
+    // out[i * stride] for i < head_dim: the rotated vector (stride kPanel writes a key into its panel column),
+    // after the head's own RMSNorm when the model has one (norm: [head_dim] or null)
+    float normed[kMaxHeadDim];
+    auto rotate = [&](const float* in, float* out, int stride, const Buffer& norm) {
+      if (norm.size()) {
+        double ss = 0.0;
+        for (int i = 0; i < hd; i++) ss += double(in[i]) * in[i];
+        const float inv = 1.0f / std::sqrt(float(ss / hd) + cfg_.norm_eps);
+        for (int i = 0; i < hd; i++) normed[i] = norm.as<float>()[i] * (in[i] * inv);
+        in = normed;
+      }
       for (int i = 0; i < half; i++) {
         const float a = in[i], b = in[i + half];
         out[size_t(i) * stride] = a * c[i] - b * s[i];
@@ -167,10 +184,11 @@ void Model::rope_and_cache(int layer, const int32_t* slots, const int32_t* posit
     };
     const int pos = positions[t];
     for (int h = 0; h < cfg_.n_head; h++)
-      rotate(q_.as<float>() + size_t(t) * qp_ + h * hd, qh_.as<float>() + (size_t(t) * cfg_.n_head + h) * hdp_, 1);
+      rotate(q_.as<float>() + size_t(t) * qp_ + h * hd, qh_.as<float>() + (size_t(t) * cfg_.n_head + h) * hdp_, 1,
+             layers_[layer].q_norm);
     for (int h = 0; h < cfg_.n_kv_head; h++) {
       float* kpanel = cache_head(cache_k_, slots[t], layer, h) + panel_index(pos, 0, hdp_);
-      rotate(k_.as<float>() + size_t(t) * kvp_ + h * hd, kpanel, kPanel);
+      rotate(k_.as<float>() + size_t(t) * kvp_ + h * hd, kpanel, kPanel, layers_[layer].k_norm);
       std::memcpy(cache_head(cache_v_, slots[t], layer, h) + size_t(pos) * hdp_,
                   v_.as<float>() + size_t(t) * kvp_ + h * hd, sizeof(float) * hd);
     }

@@ -13,12 +13,15 @@
 
 namespace kwker {
 
+constexpr int kMaxHeadDim = 512;
+
 struct Config {
   int n_layer = 0, n_embd = 0, n_head = 0, n_kv_head = 0, head_dim = 0, n_ff = 0, vocab = 0;
   float norm_eps = 1e-6f;
   float attn_scale = 0.f;  // softmax scale; head_dim^-0.5 for Llama
   WType wtype = WType::F32;
   bool tied_embeddings = false;
+  bool qk_norm = false;  // RMSNorm of each q and k head before RoPE (Qwen3)
 };
 
 // A weight matrix [n, k] packed in panels (kernels.h), k padded to kp; optional bias [n] zero padded to a panel.
@@ -33,6 +36,7 @@ struct Matrix {
 
 struct Layer {
   Buffer attn_norm, mlp_norm;  // [n_embd] float
+  Buffer q_norm, k_norm;       // [head_dim] float, with Config::qk_norm
   Matrix wq, wk, wv, wo, wgate, wup, wdown;
 };
 
@@ -42,7 +46,7 @@ class Model {
   Model(const Config& cfg, const float* rope_cos, const float* rope_sin, int max_cache_len, int n_slots,
         int max_step_tokens, int max_out_rows, int n_threads, const std::string& isa);
 
-  // name: embed, lm_head, norm, layers.<i>.<attn_norm|q|k|v|o|mlp_norm|gate|up|down>
+  // name: embed, lm_head, norm, layers.<i>.<attn_norm|q|k|v|o|mlp_norm|gate|up|down|q_norm|k_norm>
   void set_matrix(const std::string& name, const void* data, WType type, int n, int k, const float* bias);
   void set_norm(const std::string& name, const float* data, int n);
   void check_complete() const;  // throws if a weight is missing
