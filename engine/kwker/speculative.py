@@ -29,7 +29,9 @@ class LookupProposer:
         self.tokens: list[int] = []
 
     def _sync(self, tokens: list[int]) -> None:
-        if self.indexed > len(tokens) or self.tokens[:self.indexed] != tokens[:self.indexed]:
+        # the same growing list (a sequence's text) needs no comparison; another list may be another text
+        if self.indexed > len(tokens) or (self.tokens is not tokens and
+                                          self.tokens[:self.indexed] != tokens[:self.indexed]):
             self.index, self.prev, self.indexed = {}, {}, 0  # a different text: start over
         self.tokens = tokens
         for end in range(self.indexed + 1, len(tokens) + 1):
