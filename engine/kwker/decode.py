@@ -11,7 +11,6 @@ reused between calls whose prompt extends the previous text, so a chat turn read
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Iterator, Sequence
 
 import numpy as np
@@ -20,6 +19,7 @@ import torch
 from kwker import _native
 from kwker.cpu_backend import best_isa, decoder_available
 from kwker.families import family_for, supported_model_types
+from kwker.batch import BatchRunner, generate_batch
 from kwker.sampling import Sampler, SamplingParams
 from kwker.sequence import SequenceState
 from kwker.speculative import DraftProposer, LookupProposer, Speculator
@@ -299,23 +299,18 @@ class KwkDecoder:
             raise ValueError("the draft model does not share the target's tokenizer: " + "; ".join(problems))
 
     def _drive(self, seq: SequenceState) -> Iterator[GenerationChunk]:
-        """Runs one sequence in slot 0 to its end: plan -> one native step -> absorb -> emit."""
+        """Runs one sequence in slot 0 to its end, through the same runner as batches: the prompt in chunks of the
+        step size, then plan -> one native step -> absorb (rollback to the verified tokens) -> emit."""
         self.last_stats = seq.stats
+        runner = BatchRunner(self, prefill_chunk=self._native.max_step_tokens)
         while not seq.done:
-            feed, start, rows = seq.plan(prefill_chunk=len(seq.prompt))
-            t0 = time.perf_counter()
-            argmax, logits = self._run(feed, start, rows="all" if rows == "all" else "last",
-                                       copy_logits=not seq.fast)
-            chunks = seq.absorb(len(feed), argmax, logits, time.perf_counter() - t0)
-            self._cached[0] = seq.tokens[:seq.cached_len]  # rollback: only verified tokens stay
-            yield from chunks
+            for _, chunks in runner.step([seq]):
+                yield from chunks
 
     def generate_batch(self, prompts, max_new_tokens: int = 20, **options) -> list[torch.Tensor]:
         """Several prompts decoded together, up to max_batch per step; each gets exactly the tokens it gets alone.
         Returns a list of 1-D tensors (prompt + new tokens), in the prompts' order. Options as for generate;
         for sampling, generator= takes a list with one generator per prompt."""
-        from kwker.batch import generate_batch
-
         return generate_batch(self, prompts, max_new_tokens, **options)
 
     def generate(self, input_ids, max_new_tokens: int = 20, **kwargs) -> torch.Tensor:
