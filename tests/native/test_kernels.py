@@ -46,6 +46,8 @@ def test_matmul_matches_float64_within_rounding_bound(isa, wtype, k):
     raw, exact = weights(n, k, wtype, rng)
     bias = rng.standard_normal(n).astype(np.float32)
     y = _native.kernel_matmul(isa, x, raw, WTYPES[wtype][0], bias)
+    if WTYPES[wtype][1] is None:  # quantized weights meet activations quantized per row and block of 32
+        x = _native.kernel_quantized_activations(x)
     ref = x.astype(np.float64) @ exact.T + bias
     assert np.all(np.abs(y - ref) <= gamma_bound(x, exact, k) + np.abs(bias) * EPS32)
 
@@ -103,7 +105,8 @@ def test_attend_query_result_does_not_depend_on_its_group(isa):
 
 
 def test_matmul_is_identical_across_isas():
-    """Every ISA runs the same FMA chain per output, so the results match the reference bit for bit."""
+    """Every ISA runs the same FMA chain per output (over k for float weights, over blocks of exact integer dot
+    products for quantized ones), so the results match the reference bit for bit."""
     rng = np.random.default_rng(11)
     for k in SIZES:
         x = rng.standard_normal((7, k)).astype(np.float32)
@@ -128,19 +131,55 @@ def test_silu_mul(isa, n):
     assert np.allclose(out, ref, rtol=4 * EPS32, atol=1e-30)
 
 
-@pytest.mark.parametrize("wtype, levels, worst", [("q8", 127, 0.5), ("q4", 8, 1.0)])
+def plain_quantize(blk, wtype):
+    """Per-block quantization with the plain step (q8: amax / 127 over [-127, 127]; q4: the largest magnitude to
+    -8 over [-8, 7], as ggml's Q4_0), the scale rounded to fp16."""
+    amax_i = np.abs(blk).argmax(axis=1)
+    extreme = blk[np.arange(len(blk)), amax_i][:, None]
+    lo, hi, d = (-127, 127, np.abs(extreme) / 127) if wtype == "q8" else (-8, 7, extreme / -8)
+    d = d.astype(np.float16).astype(np.float64)
+    inv = np.divide(1, d, out=np.zeros_like(d), where=d != 0)
+    return np.clip(np.round(blk * inv), lo, hi) * d, np.abs(d)
+
+
+@pytest.mark.parametrize("wtype", ["q8", "q4"])
 @pytest.mark.parametrize("k", [32, 33, 64, 100])
-def test_quantize_round_trip_bound(wtype, levels, worst, k):
-    """Per block of 32 with step = amax / 127 (q8) or amax / 8 (q4), fp16 scale: q8 is within half a step; q4
-    (the largest magnitude maps to -8, so the other side stops at +7 steps) within one step, half on average."""
+def test_quantize_round_trip_bound(wtype, k):
+    """Per block of 32 with an fp16 scale, the packer searches the step (least squares around the plain one): its
+    squared error is never above the plain step's (fp16 rounding of the scale aside), and every value stays within
+    1.5 plain steps."""
     rng = np.random.default_rng(k)
     w = (rng.standard_normal((21, k)) * rng.uniform(0.01, 10, (21, 1))).astype(np.float32)
-    deq = _native.kernel_weights(w, WTYPES[wtype][0])
+    deq = _native.kernel_weights(w, WTYPES[wtype][0]).astype(np.float64)
+    total, total_plain = 0.0, 0.0
     for c0 in range(0, k, 32):
-        blk, dblk = w[:, c0:c0 + 32], deq[:, c0:c0 + 32]
-        step = np.abs(blk).max(axis=1, keepdims=True) / levels
-        err = np.abs(blk - dblk) / step
-        assert err.max() <= worst + 2e-3 and err.mean() <= 0.3
+        blk = np.zeros((21, 32))
+        blk[:, :min(32, k - c0)] = w[:, c0:c0 + 32]
+        dblk = np.zeros((21, 32))
+        dblk[:, :min(32, k - c0)] = deq[:, c0:c0 + 32]
+        plain, step = plain_quantize(blk, wtype)
+        err, err_plain = ((blk - dblk) ** 2).sum(axis=1), ((blk - plain) ** 2).sum(axis=1)
+        assert np.all(err <= err_plain * 1.01 + 1e-12)
+        assert np.all(np.abs(blk - dblk) <= 1.5 * step + 1e-12)
+        total, total_plain = total + err.sum(), total_plain + err_plain.sum()
+    assert total <= total_plain
+
+
+@pytest.mark.parametrize("k", [1, 31, 32, 33, 100, 129])
+def test_activation_quantization_bound(k):
+    """Activations for the int8/int4 kernels: per row and block of 32, step = amax / 127, rounded to nearest (ties
+    to even), so every value is within half a step; a block of zeros stays zero; a row's result is its own."""
+    rng = np.random.default_rng(k)
+    x = (rng.standard_normal((6, k)) * rng.uniform(1e-3, 1e3, (6, 1))).astype(np.float32)
+    x[2] = 0.0
+    deq = _native.kernel_quantized_activations(x)
+    for c0 in range(0, k, 32):
+        blk, dblk = x[:, c0:c0 + 32].astype(np.float64), deq[:, c0:c0 + 32].astype(np.float64)
+        step = np.abs(blk).max(axis=1, keepdims=True) / 127
+        assert np.all(np.abs(blk - dblk) <= 0.5 * step * (1 + 1e-5) + 1e-30)
+        assert np.all(np.abs(dblk).max(axis=1) <= np.abs(blk).max(axis=1) * (1 + 1e-6))
+    assert not deq[2].any()
+    assert np.array_equal(_native.kernel_quantized_activations(x[3:4])[0], deq[3])
 
 
 def test_unknown_isa_is_a_clear_error():

@@ -47,12 +47,36 @@ py::array_t<float> kernel_matmul(const std::string& isa, F32Array x, py::array w
   std::vector<float> yp(size_t(m) * np);
   {
     py::gil_scoped_release release;
-    kern.matmul[wtype](xp.data(), m, kp, wp.data(), kp, 0, np / kPanel, yp.data(), np, b.empty() ? nullptr : b.data(),
-                       false);
+    const float* bp = b.empty() ? nullptr : b.data();
+    if (wtype_quantized(t)) {
+      std::vector<int8_t> q(size_t(m) * kp);
+      std::vector<float> d(size_t(m) * kp / kQBlock);
+      std::vector<int32_t> sum(d.size());
+      quantize_rows(xp.data(), m, kp, kp, q.data(), d.data(), sum.data());
+      kern.qmatmul[wtype - int(WType::Q8)](QRows{q.data(), d.data(), sum.data()}, m, wp.data(), kp, 0, np / kPanel,
+                                           yp.data(), np, bp, false);
+    } else {
+      kern.matmul[wtype](xp.data(), m, kp, wp.data(), kp, 0, np / kPanel, yp.data(), np, bp, false);
+    }
   }
   py::array_t<float> y({m, n});
   for (int r = 0; r < m; r++) std::memcpy(y.mutable_data() + size_t(r) * n, &yp[size_t(r) * np], sizeof(float) * n);
   return y;
+}
+
+// x [m, k] as the quantized kernels see it: each row quantized per block of kQBlock to int8 and dequantized.
+py::array_t<float> kernel_quantized_activations(F32Array x) {
+  if (x.ndim() != 2) throw std::invalid_argument("x must be 2-D");
+  const int m = int(x.shape(0)), k = int(x.shape(1)), kp = pad_to(k), nb = kp / kQBlock;
+  std::vector<float> xp = pad_rows(x.data(), m, k, kp), d(size_t(m) * nb);
+  std::vector<int8_t> q(size_t(m) * kp);
+  std::vector<int32_t> sum(d.size());
+  quantize_rows(xp.data(), m, kp, kp, q.data(), d.data(), sum.data());
+  py::array_t<float> out({m, k});
+  for (int r = 0; r < m; r++)
+    for (int c = 0; c < k; c++)
+      out.mutable_data()[size_t(r) * k + c] = float(q[size_t(r) * kp + c]) * d[size_t(r) * nb + c / kQBlock];
+  return out;
 }
 
 // The weights [n, k] as the kernels see them after packing (and quantizing) to wtype.
@@ -118,6 +142,7 @@ void register_kernels(py::module_& m) {
   m.def("kernel_matmul", &kernel_matmul, py::arg("isa"), py::arg("x"), py::arg("w"), py::arg("wtype"),
         py::arg("bias") = py::none());
   m.def("kernel_weights", &kernel_weights, py::arg("w"), py::arg("wtype"));
+  m.def("kernel_quantized_activations", &kernel_quantized_activations, py::arg("x"));
   m.def("kernel_attend", &kernel_attend, py::arg("isa"), py::arg("q"), py::arg("k"), py::arg("v"), py::arg("scale"));
   m.def("kernel_silu_mul", &kernel_silu_mul, py::arg("isa"), py::arg("gate"), py::arg("up"));
 }

@@ -37,18 +37,39 @@ struct Avx2 {
     return _mm_cvtss_f32(s);
   }
   static reg load_f16(const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+
+  // Quantized formats: 8 int32 lanes = 8 rows of a panel; a register of weights holds 4 k-steps of 8 rows.
+  using ireg = __m256i;
+  static constexpr int TBQ = 4;       // tokens per quantized tile: 4 x 2 dot products + weights, |weights|, x
+  static constexpr int NPQ_GEMV = 2;  // panels per quantized GEMV tile
+  static ireg izero() { return _mm256_setzero_si256(); }
+  static ireg iset1(int a) { return _mm256_set1_epi32(a); }
+  static ireg isub(ireg a, ireg b) { return _mm256_sub_epi32(a, b); }
+  static reg cvt(ireg a) { return _mm256_cvtepi32_ps(a); }
+  static ireg bcast4(const int8_t* p) {
+    int32_t v;
+    __builtin_memcpy(&v, p, 4);
+    return _mm256_set1_epi32(v);
+  }
   template <WType T>
-  static reg load_q(const uint8_t* payload, int kk, int half) {
+  static ireg load_qw(const uint8_t* group, int j) {
     if constexpr (T == WType::Q8) {
-      const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(payload + kk * kPanel + half * 8));
-      return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b));
-    } else {
-      const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(payload + kk * kPanel / 2));
-      __m256i v = _mm256_cvtepu8_epi32(b);
-      v = half ? _mm256_srli_epi32(v, 4) : _mm256_and_si256(v, _mm256_set1_epi32(0x0f));
-      return _mm256_cvtepi32_ps(_mm256_sub_epi32(v, _mm256_set1_epi32(8)));
+      return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(group + j * 32));
+    } else {  // rows 0-7 in the low nibbles, rows 8-15 in the high ones
+      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(group));
+      return _mm256_and_si256(j ? _mm256_srli_epi16(v, 4) : v, _mm256_set1_epi8(0x0f));
     }
   }
+  static ireg abs8(ireg w) { return _mm256_abs_epi8(w); }
+  // |w| * (x with w's sign): u8 x s8 pairs stay below 2 * 127 * 127, so maddubs does not saturate.
+  static ireg dot_q8(ireg acc, ireg wa, ireg w, ireg x) {
+    const __m256i pairs = _mm256_maddubs_epi16(wa, _mm256_sign_epi8(x, w));
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
+  }
+  // Nibbles (0..15) times x: pairs are at most 2 * 15 * 127, so eight groups add up in int16 (<= 30480).
+  static ireg dot_q4(ireg acc, ireg w, ireg x) { return _mm256_add_epi16(acc, _mm256_maddubs_epi16(w, x)); }
+  static ireg finish_q4(ireg acc) { return _mm256_madd_epi16(acc, _mm256_set1_epi16(1)); }
+
   template <WType T>
   static reg load_w(const void* w, size_t i) {
     if constexpr (T == WType::F32) {

@@ -1,4 +1,4 @@
-// AVX-512 (F, BW, VL, DQ) instantiation of the SIMD kernels: the same template as AVX2 with 16-float registers
+// AVX-512 (F, BW, VL, DQ, VNNI) instantiation of the SIMD kernels: the same template as AVX2 with 16-float registers
 // and a larger register tile. Called only after the CPU has been checked for those features.
 #include <immintrin.h>
 
@@ -41,19 +41,38 @@ struct Avx512 {
   static reg load_f16(const uint16_t* p) {
     return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
   }
+  // Quantized formats: 16 int32 lanes = the 16 rows of a panel; a register of weights holds 4 k-steps of each.
+  // vpdpbusd (AVX512_VNNI) adds u8 x s8 products of 4 bytes into int32 without intermediate saturation.
+  using ireg = __m512i;
+  static constexpr int TBQ = 12;
+  static constexpr int NPQ_GEMV = 4;
+  static ireg izero() { return _mm512_setzero_si512(); }
+  static ireg iset1(int a) { return _mm512_set1_epi32(a); }
+  static ireg isub(ireg a, ireg b) { return _mm512_sub_epi32(a, b); }
+  static reg cvt(ireg a) { return _mm512_cvtepi32_ps(a); }
+  static ireg bcast4(const int8_t* p) {
+    int32_t v;
+    __builtin_memcpy(&v, p, 4);
+    return _mm512_set1_epi32(v);
+  }
   template <WType T>
-  static reg load_q(const uint8_t* payload, int kk, int) {  // one register holds the whole panel row
+  static ireg load_qw(const uint8_t* group, int) {
     if constexpr (T == WType::Q8) {
-      const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(payload + kk * kPanel));
-      return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(b));
-    } else {
-      const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(payload + kk * kPanel / 2));
-      const __m256i v = _mm256_cvtepu8_epi32(b);
-      const __m256i lo = _mm256_and_si256(v, _mm256_set1_epi32(0x0f)), hi = _mm256_srli_epi32(v, 4);
-      const __m512i q = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
-      return _mm512_cvtepi32_ps(_mm512_sub_epi32(q, _mm512_set1_epi32(8)));
+      return _mm512_loadu_si512(group);
+    } else {  // rows 0-7 in the low nibbles, rows 8-15 in the high ones
+      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(group)), m = _mm256_set1_epi8(0x0f);
+      const __m256i lo = _mm256_and_si256(v, m), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m);
+      return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
     }
   }
+  static ireg abs8(ireg w) { return _mm512_abs_epi8(w); }
+  static ireg dot_q8(ireg acc, ireg wa, ireg w, ireg x) {  // |w| * (x negated where w < 0)
+    const __m512i xs = _mm512_mask_sub_epi8(x, _mm512_movepi8_mask(w), _mm512_setzero_si512(), x);
+    return _mm512_dpbusd_epi32(acc, wa, xs);
+  }
+  static ireg dot_q4(ireg acc, ireg w, ireg x) { return _mm512_dpbusd_epi32(acc, w, x); }
+  static ireg finish_q4(ireg acc) { return acc; }
+
   template <WType T>
   static reg load_w(const void* w, size_t i) {
     if constexpr (T == WType::F32) {

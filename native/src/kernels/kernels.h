@@ -4,7 +4,7 @@
 //   * activation rows are padded with zeros to a multiple of kPad floats, and so is every output row;
 //   * weight matrices [n, k] are packed in panels of kPanel rows: [n_pad / kPanel][kp][kPanel], so that one
 //     load brings kPanel outputs' weights for one k (the layout an outer-product kernel streams);
-//   * each output element is one chain of fused multiply-adds over k = 0, 1, ..., kp-1 in order, starting from
+//   * each output element (float formats; the quantized ones: see QMatmulFn) is one chain of fused multiply-adds over k = 0, 1, ..., kp-1 in order, starting from
 //     +0. Tile shapes only decide how many chains run side by side, so a token's result does not depend on how
 //     many tokens share the call, nor on the thread, nor even on the ISA (the reference uses std::fma in the
 //     same order). This is what makes a token's logits identical, bit for bit, alone, inside a k-token verify
@@ -22,23 +22,46 @@ constexpr int kPanel = 16;  // weight rows per packed panel
 
 inline int pad_to(int n, int m = kPad) { return (n + m - 1) / m * m; }
 
-// Weight formats. Q8 and Q4 are quantized in blocks of kQBlock along k with one fp16 scale per row and block
-// (weights only: activations stay float32): value = float(q) * scale, q in [-127, 127] (Q8) or [-8, 7] (Q4).
-// In a panel, block b is stored as [kPanel fp16 scales][kQBlock k-steps of kPanel rows]; Q4 packs row i and
-// row i + 8 of a k-step into one byte (low, high nibble). Q8 is 8.5 bits per weight, Q4 4.5.
+// Weight formats. Q8 and Q4 are quantized in blocks of kQBlock along k with one fp16 scale per row and block:
+// value = float(q) * scale, q in [-127, 127] (Q8) or [-8, 7] (Q4, stored as q + 8 in a nibble). In a panel,
+// block b is stored as [kPanel fp16 scales][8 groups of 4 k-steps]; a group holds, for each of the kPanel rows,
+// its 4 consecutive k values (Q8: [kPanel rows][4] bytes = 64 bytes), the layout integer dot-product
+// instructions (maddubs, vpdpbusd) consume: one 4-byte broadcast of the activations meets 4 k-steps of every
+// row. Q4 packs a group in 32 bytes: byte r * 4 + e holds row r (low nibble) and row r + 8 (high nibble) at k
+// step e. Q8 is 8.5 bits per weight, Q4 4.5.
 enum class WType : int { F32 = 0, BF16 = 1, F16 = 2, Q8 = 3, Q4 = 4 };
 constexpr int kWTypes = 5;
 constexpr int kQBlock = 32;
+constexpr int kQGroup = 4;  // k-steps per group
 
 constexpr bool wtype_quantized(WType t) { return t == WType::Q8 || t == WType::Q4; }
 inline size_t wtype_size(WType t) { return t == WType::F32 ? 4 : 2; }  // element size of the float formats
-constexpr size_t qblock_bytes(WType t) { return kPanel * 2 + (t == WType::Q8 ? kQBlock * kPanel : kQBlock * kPanel / 2); }
+constexpr size_t qgroup_bytes(WType t) { return t == WType::Q8 ? kQGroup * kPanel : kQGroup * kPanel / 2; }
+constexpr size_t qblock_bytes(WType t) { return kPanel * 2 + qgroup_bytes(t) * (kQBlock / kQGroup); }
 
-// y[t, n] (+)= sum_k x[t, k] * w[n, k] + bias[n]  for t < m and the panels p0 <= p < p1 (n = p * kPanel + i).
+// y[t, n] (+)= sum_k x[t, k] * w[n, k] + bias[n]  for t < m and the panels p0 <= p < p1 (n = p * kPanel + i),
+// for the float formats (F32, BF16, F16).
 //   x: [m, ldx] float, w: panels [.., kp, kPanel] of the weight type, y: [m, ldy] with ldy >= p1 * kPanel,
 //   bias: [p1 * kPanel] (zero padded) or null. accumulate=true adds to y (the residual connection as epilogue).
 using MatmulFn = void (*)(const float* x, int m, int ldx, const void* w, int kp, int p0, int p1, float* y, int ldy,
                           const float* bias, bool accumulate);
+
+// Activations for the quantized formats: each row quantized per block of kQBlock values to int8 with a float
+// scale (d = max|x| / 127, q = round-to-nearest-even(x / d)), and the block's sum of q. Rows of kp values:
+// q [m, kp], d and sum [m, kp / kQBlock]. The quantization of a row depends on that row alone.
+struct QRows {
+  const int8_t* q;
+  const float* d;
+  const int32_t* sum;
+};
+void quantize_rows(const float* x, int m, int ldx, int kp, int8_t* q, float* d, int32_t* sum);
+
+// The same product for Q8 and Q4 weights on quantized activations. Each output is
+//   acc = 0; for each block b in order: acc = fma(dw[n, b] * dx[t, b], float(sum_k qw * qx), acc)
+// where the integer dot product of a block is exact; so, as for the float formats, a row's result does not
+// depend on the tile, the thread, the ISA, or the other rows of the call.
+using QMatmulFn = void (*)(const QRows& x, int m, const void* w, int kp, int p0, int p1, float* y, int ldy,
+                           const float* bias, bool accumulate);
 
 // Causal attention of g query heads that share one KV head, over keys 0..n-1:
 //   out[j] = sum_i softmax_i(scale * q[j] . k_i) v_i
@@ -54,7 +77,8 @@ using SiluMulFn = void (*)(const float* gate, const float* up, float* out, int n
 
 struct Kernels {
   const char* name;
-  MatmulFn matmul[kWTypes];  // indexed by WType
+  MatmulFn matmul[3];   // F32, BF16, F16
+  QMatmulFn qmatmul[2];  // Q8, Q4
   AttendFn attend;
   SiluMulFn silu_mul;
 };
@@ -84,10 +108,14 @@ size_t panel_bytes(WType t, int n, int k);
 // Packs a row-major [n, k] matrix into zeroed panels of type t. src holds elements of type t for the float
 // formats and float32 for the quantized ones (quantized here).
 void pack_panels(const void* src, WType t, int n, int k, void* dst);
+// The rows of panels [p0, p1) only, into a zeroed dst (panels are independent: threads can share the work).
+void pack_panel_range(const void* src, WType t, int n, int k, void* dst, int p0, int p1);
 // Element (r, c) of a packed matrix, as the kernels see it (dequantized).
 float panel_value(const void* packed, WType t, int kp, int r, int c);
 // Index of element (r, c) in a float-format packed matrix.
 inline size_t panel_index(int r, int c, int kp) { return (size_t(r / kPanel) * kp + c) * kPanel + r % kPanel; }
+// Quantized weight (row r, column c) of a packed Q8/Q4 matrix: the integer q and the block's scale.
+int panel_q(const void* packed, WType t, int kp, int r, int c, float* scale);
 // Largest number of query heads one attend() call takes.
 constexpr int kMaxAttendHeads = 4;
 

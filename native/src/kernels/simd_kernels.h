@@ -2,11 +2,15 @@
 //
 // V provides: reg, W (floats per register), TB (tokens per register tile in the multi-row matmul), NP_GEMV
 // (panels per tile when m == 1), zero/load/store/set1/fma/add/mul/div/sub/min/max/round/pow2i, hsum (a fixed
-// reduction tree), exp, load_w<WType> (W float-format weights as floats), load_f16 (W fp16 values), and
-// load_q<WType>(payload, kk, half) (the integer values of W rows of k-step kk of a quantized block, as floats).
+// reduction tree), exp, load_w<WType> (W float-format weights as floats), load_f16 (W fp16 values); and for the
+// quantized formats an integer register ireg of W int32 lanes (one per output row): TBQ / NPQ_GEMV (tile shapes),
+// izero, iset1, isub, cvt (int32 -> float), bcast4 (4 activation bytes to every lane), load_qw<WType>(group, j)
+// (the 4 k-steps of W rows of a weight group: Q8 as int8, Q4 as its unsigned nibbles), abs8, dot_q8(acc, |w|, w, x)
+// and dot_q4(acc, w, x) (exact integer dot products of 4 k-steps into the lane), finish_q4 (to int32 lanes).
 //
-// Batch invariance: see kernels.h. The matmul keeps one lane per output element, a chain of FMAs over k in order;
-// the attention keeps one register chain per (query, key) dot product and per output column.
+// Batch invariance: see kernels.h. The matmul keeps one lane per output element, a chain of FMAs over k (float
+// formats) or over blocks (quantized) in order; the attention keeps one register chain per (query, key) dot
+// product and per output column.
 #pragma once
 
 #include <algorithm>
@@ -15,6 +19,22 @@
 #include "kernels.h"
 
 namespace kwker::simd {
+
+// y[t, n0 + ...] (+)= acc[t] + bias: the epilogue of every tile.
+template <class V, int TB, int J>
+inline void store_tile(typename V::reg (&acc)[TB][J], float* y, int ldy, int n0, const float* bias, bool accumulate) {
+#pragma GCC unroll 16
+  for (int t = 0; t < TB; t++) {
+    float* yr = y + size_t(t) * ldy + n0;
+#pragma GCC unroll 16
+    for (int j = 0; j < J; j++) {
+      typename V::reg r = acc[t][j];
+      if (bias) r = V::add(r, V::load(bias + n0 + j * V::W));
+      if (accumulate) r = V::add(V::load(yr + j * V::W), r);
+      V::store(yr + j * V::W, r);
+    }
+  }
+}
 
 // A register tile: TB tokens x NP panels (NP * kPanel outputs). Per k: the panels' weights are loaded once, each
 // token's x[t, k] is broadcast, and every accumulator takes one fused multiply-add (an outer product).
@@ -28,58 +48,80 @@ inline void matmul_tile(const float* x, int ldx, const void* w, int kp, int p, f
   for (int t = 0; t < TB; t++)
 #pragma GCC unroll 16
     for (int j = 0; j < NP * RP; j++) acc[t][j] = V::zero();
-  if constexpr (wtype_quantized(T)) {
-    // Block by block: the panels' fp16 scales once per block, then weight = float(q) * scale per k.
-    const size_t panel_stride = size_t(kp / kQBlock) * qblock_bytes(T);
-    const uint8_t* base = static_cast<const uint8_t*>(w) + size_t(p) * panel_stride;
-    for (int b = 0; b < kp / kQBlock; b++) {
-      R sc[NP * RP];
-      const uint8_t* blk[NP];
+  for (int k = 0; k < kp; k++) {
+    R wv[NP * RP];
 #pragma GCC unroll 16
-      for (int q = 0; q < NP; q++) blk[q] = base + q * panel_stride + size_t(b) * qblock_bytes(T);
+    for (int j = 0; j < NP * RP; j++)
+      wv[j] = V::template load_w<T>(w, (size_t(p + j / RP) * kp + k) * kPanel + (j % RP) * V::W);
 #pragma GCC unroll 16
-      for (int j = 0; j < NP * RP; j++)
-        sc[j] = V::load_f16(reinterpret_cast<const uint16_t*>(blk[j / RP]) + (j % RP) * V::W);
-      const float* xk = x + size_t(b) * kQBlock;
-      for (int kk = 0; kk < kQBlock; kk++) {
-        R wv[NP * RP];
+    for (int t = 0; t < TB; t++) {
+      R xb = V::set1(x[size_t(t) * ldx + k]);
 #pragma GCC unroll 16
-        for (int j = 0; j < NP * RP; j++)
-          wv[j] = V::mul(V::template load_q<T>(blk[j / RP] + kPanel * 2, kk, j % RP), sc[j]);
+      for (int j = 0; j < NP * RP; j++) acc[t][j] = V::fma(xb, wv[j], acc[t][j]);
+    }
+  }
+  store_tile<V, TB, NP * RP>(acc, y, ldy, p * kPanel, bias, accumulate);
+}
+
+// The same tile for quantized weights on quantized activations: per block, exact integer dot products of every
+// (token, row) in int32 lanes, then one FMA per output with the product of the two scales.
+template <class V, WType T, int TB, int NP>
+inline void qmatmul_tile(const QRows& x, int kp, const void* w, int p, float* y, int ldy, const float* bias,
+                         bool accumulate) {
+  using R = typename V::reg;
+  using I = typename V::ireg;
+  constexpr int RP = kPanel / V::W, J = NP * RP;
+  const int nb = kp / kQBlock;
+  const size_t panel_stride = size_t(nb) * qblock_bytes(T);
+  const uint8_t* base = static_cast<const uint8_t*>(w) + size_t(p) * panel_stride;
+  R acc[TB][J];
 #pragma GCC unroll 16
-        for (int t = 0; t < TB; t++) {
-          R xb = V::set1(xk[size_t(t) * ldx + kk]);
+  for (int t = 0; t < TB; t++)
 #pragma GCC unroll 16
-          for (int j = 0; j < NP * RP; j++) acc[t][j] = V::fma(xb, wv[j], acc[t][j]);
+    for (int j = 0; j < J; j++) acc[t][j] = V::zero();
+  for (int b = 0; b < nb; b++) {
+    const uint8_t* blk[NP];
+#pragma GCC unroll 16
+    for (int q = 0; q < NP; q++) blk[q] = base + q * panel_stride + size_t(b) * qblock_bytes(T);
+    I dot[TB][J];
+#pragma GCC unroll 16
+    for (int t = 0; t < TB; t++)
+#pragma GCC unroll 16
+      for (int j = 0; j < J; j++) dot[t][j] = V::izero();
+    const int8_t* xb = x.q + size_t(b) * kQBlock;
+#pragma GCC unroll 8
+    for (int g = 0; g < kQBlock / kQGroup; g++) {
+      I wv[J], wa[J];
+#pragma GCC unroll 16
+      for (int j = 0; j < J; j++) {
+        wv[j] = V::template load_qw<T>(blk[j / RP] + kPanel * 2 + g * qgroup_bytes(T), j % RP);
+        if constexpr (T == WType::Q8) wa[j] = V::abs8(wv[j]);
+      }
+#pragma GCC unroll 16
+      for (int t = 0; t < TB; t++) {
+        const I xv = V::bcast4(xb + size_t(t) * kp + g * kQGroup);
+#pragma GCC unroll 16
+        for (int j = 0; j < J; j++) {
+          if constexpr (T == WType::Q8) dot[t][j] = V::dot_q8(dot[t][j], wa[j], wv[j], xv);
+          else dot[t][j] = V::dot_q4(dot[t][j], wv[j], xv);
         }
       }
     }
-  } else {
-    for (int k = 0; k < kp; k++) {
-      R wv[NP * RP];
 #pragma GCC unroll 16
-      for (int j = 0; j < NP * RP; j++)
-        wv[j] = V::template load_w<T>(w, (size_t(p + j / RP) * kp + k) * kPanel + (j % RP) * V::W);
+    for (int t = 0; t < TB; t++) {
+      const size_t xi = size_t(t) * nb + b;
+      const R dx = V::set1(x.d[xi]);
+      const I offset = V::iset1(8 * x.sum[xi]);  // Q4 nibbles are q + 8
 #pragma GCC unroll 16
-      for (int t = 0; t < TB; t++) {
-        R xb = V::set1(x[size_t(t) * ldx + k]);
-#pragma GCC unroll 16
-        for (int j = 0; j < NP * RP; j++) acc[t][j] = V::fma(xb, wv[j], acc[t][j]);
+      for (int j = 0; j < J; j++) {
+        I d = dot[t][j];
+        if constexpr (T == WType::Q4) d = V::isub(V::finish_q4(d), offset);
+        const R dw = V::load_f16(reinterpret_cast<const uint16_t*>(blk[j / RP]) + (j % RP) * V::W);
+        acc[t][j] = V::fma(V::mul(dw, dx), V::cvt(d), acc[t][j]);
       }
     }
   }
-  const int n0 = p * kPanel;
-#pragma GCC unroll 16
-  for (int t = 0; t < TB; t++) {
-    float* yr = y + size_t(t) * ldy + n0;
-#pragma GCC unroll 16
-    for (int j = 0; j < NP * RP; j++) {
-      R r = acc[t][j];
-      if (bias) r = V::add(r, V::load(bias + n0 + j * V::W));
-      if (accumulate) r = V::add(V::load(yr + j * V::W), r);
-      V::store(yr + j * V::W, r);
-    }
-  }
+  store_tile<V, TB, J>(acc, y, ldy, p * kPanel, bias, accumulate);
 }
 
 // A tile of exactly `rows` (< TB) tokens, so that short steps (speculative verify, prefill tails) keep as many
@@ -117,6 +159,44 @@ void matmul(const float* x, int m, int ldx, const void* w, int kp, int p0, int p
         const int rows = mc / tiles + (i < mc % tiles ? 1 : 0);
         matmul_rows<V, T, TB>(rows, xb + size_t(t) * ldx, ldx, w, kp, p, yb + size_t(t) * ldy, ldy, bias,
                               accumulate);
+        t += rows;
+      }
+    }
+  }
+}
+
+template <class V, WType T, int TB>
+inline void qmatmul_rows(int rows, const QRows& x, int kp, const void* w, int p, float* y, int ldy, const float* bias,
+                         bool accumulate) {
+  if constexpr (TB > 0) {
+    if (rows == TB) return qmatmul_tile<V, T, TB, 1>(x, kp, w, p, y, ldy, bias, accumulate);
+    qmatmul_rows<V, T, TB - 1>(rows, x, kp, w, p, y, ldy, bias, accumulate);
+  }
+}
+
+// Rows t.. of quantized activations.
+inline QRows qrows_from(const QRows& x, size_t t, int kp) {
+  const size_t nb = kp / kQBlock;
+  return QRows{x.q + t * kp, x.d + t * nb, x.sum + t * nb};
+}
+
+template <class V, WType T>
+void qmatmul(const QRows& x, int m, const void* w, int kp, int p0, int p1, float* y, int ldy, const float* bias,
+             bool accumulate) {
+  constexpr int TB = V::TBQ, NPV = V::NPQ_GEMV;
+  if (m == 1) {
+    int p = p0;
+    for (; p + NPV <= p1; p += NPV) qmatmul_tile<V, T, 1, NPV>(x, kp, w, p, y, ldy, bias, accumulate);
+    for (; p < p1; p++) qmatmul_tile<V, T, 1, 1>(x, kp, w, p, y, ldy, bias, accumulate);
+    return;
+  }
+  for (int m0 = 0; m0 < m; m0 += kRowBlock) {
+    const int mc = std::min(kRowBlock, m - m0);
+    const int tiles = (mc + TB - 1) / TB;
+    for (int p = p0; p < p1; p++) {
+      for (int i = 0, t = m0; i < tiles; i++) {
+        const int rows = mc / tiles + (i < mc % tiles ? 1 : 0);
+        qmatmul_rows<V, T, TB>(rows, qrows_from(x, t, kp), kp, w, p, y + size_t(t) * ldy, ldy, bias, accumulate);
         t += rows;
       }
     }
@@ -229,8 +309,8 @@ void silu_mul(const float* gate, const float* up, float* out, int n) {
 template <class V>
 Kernels make_kernels(const char* name) {
   return Kernels{name,
-                 {matmul<V, WType::F32>, matmul<V, WType::BF16>, matmul<V, WType::F16>, matmul<V, WType::Q8>,
-                  matmul<V, WType::Q4>},
+                 {matmul<V, WType::F32>, matmul<V, WType::BF16>, matmul<V, WType::F16>},
+                 {qmatmul<V, WType::Q8>, qmatmul<V, WType::Q4>},
                  attend<V>,
                  silu_mul<V>};
 }

@@ -47,6 +47,10 @@ Model::Model(const Config& cfg, const float* rope_cos, const float* rope_sin, in
   att_ = Buffer(sizeof(float) * S * qp_);
   gate_ = Buffer(sizeof(float) * S * fp_);
   up_ = Buffer(sizeof(float) * S * fp_);
+  const size_t maxp = std::max({ep_, qp_, fp_});
+  qx_ = Buffer(S * maxp);
+  qd_ = Buffer(sizeof(float) * S * maxp / kQBlock);
+  qsum_ = Buffer(sizeof(int32_t) * S * maxp / kQBlock);
   logits_ = Buffer(sizeof(float) * max_rows_ * pad_to(cfg.vocab));
   scores_ = Buffer(sizeof(float) * pool_.size() * kMaxAttendHeads * pad_to(max_cache_len));
   head_out_ = Buffer(sizeof(float) * pool_.size() * kMaxAttendHeads * hdp_);
@@ -79,8 +83,11 @@ void Model::set_matrix(const std::string& name, const void* data, WType type, in
     throw std::invalid_argument("weight " + name + " has shape [" + std::to_string(n) + ", " + std::to_string(k) +
                                 "], expected [" + std::to_string(want_n) + ", " + std::to_string(want_k) + "]");
   m->n = n, m->k = k, m->kp = pad_to(k), m->type = type;
-  m->data = Buffer(m->bytes());
-  pack_panels(data, type, n, k, m->data.as<void>());
+  m->data = Buffer(m->bytes());  // zeroed
+  pool_.run([&](int tid) {  // quantizing is the slow part of loading: every thread takes a share of the panels
+    auto [p0, p1] = pool_.split(pad_to(n, kPanel) / kPanel, tid);
+    pack_panel_range(data, type, n, k, m->data.as<void>(), p0, p1);
+  });
   m->bias = Buffer();
   if (bias) {
     m->bias = Buffer(sizeof(float) * pad_to(n, kPanel));
@@ -195,11 +202,24 @@ void Model::rope_and_cache(int layer, const int32_t* slots, const int32_t* posit
   }
 }
 
+void Model::quantize_for(const Matrix& m, const float* x, int ldx, int t0, int t1) {
+  if (!wtype_quantized(m.type) || t0 >= t1) return;
+  const size_t nb = m.kp / kQBlock;
+  quantize_rows(x + size_t(t0) * ldx, t1 - t0, ldx, m.kp, qx_.as<int8_t>() + size_t(t0) * m.kp,
+                qd_.as<float>() + t0 * nb, qsum_.as<int32_t>() + t0 * nb);
+}
+
 void Model::matmul_part(const Matrix& m, const float* x, int rows, int ldx, float* y, int ldy, bool accumulate,
                         int tid) {
   auto [p0, p1] = pool_.split(pad_to(m.n, kPanel) / kPanel, tid);
-  if (p0 < p1)
+  if (p0 >= p1) return;
+  if (wtype_quantized(m.type)) {
+    const QRows q{qx_.as<int8_t>(), qd_.as<float>(), qsum_.as<int32_t>()};
+    kern_->qmatmul[int(m.type) - int(WType::Q8)](q, rows, m.data.as<void>(), m.kp, p0, p1, y, ldy, m.bias_ptr(),
+                                                 accumulate);
+  } else {
     kern_->matmul[int(m.type)](x, rows, ldx, m.data.as<void>(), m.kp, p0, p1, y, ldy, m.bias_ptr(), accumulate);
+  }
 }
 
 void Model::step(const int32_t* tokens, const int32_t* slots, const int32_t* positions, int T,
@@ -221,6 +241,7 @@ void Model::step(const int32_t* tokens, const int32_t* slots, const int32_t* pos
     for (int l = 0; l < c.n_layer; l++) {
       Layer& L = layers_[l];
       rmsnorm_rows(x, L.attn_norm.as<float>(), xn, t0, t1);
+      quantize_for(L.wq, xn, ep_, t0, t1);  // q, k and v share the quantized rows
       pool_.barrier();
       matmul_part(L.wq, xn, T, ep_, q_.as<float>(), qp_, false, tid);
       matmul_part(L.wk, xn, T, ep_, k_.as<float>(), kvp_, false, tid);
@@ -244,10 +265,15 @@ void Model::step(const int32_t* tokens, const int32_t* slots, const int32_t* pos
                       sizeof(float) * c.head_dim);
       }
       pool_.barrier();
+      if (wtype_quantized(L.wo.type)) {
+        quantize_for(L.wo, att_.as<float>(), qp_, t0, t1);
+        pool_.barrier();
+      }
       matmul_part(L.wo, att_.as<float>(), T, qp_, x, ep_, true, tid);
       pool_.barrier();
 
       rmsnorm_rows(x, L.mlp_norm.as<float>(), xn, t0, t1);
+      quantize_for(L.wgate, xn, ep_, t0, t1);  // gate and up share the quantized rows
       pool_.barrier();
       matmul_part(L.wgate, xn, T, ep_, gate_.as<float>(), fp_, false, tid);
       matmul_part(L.wup, xn, T, ep_, up_.as<float>(), fp_, false, tid);
@@ -255,6 +281,7 @@ void Model::step(const int32_t* tokens, const int32_t* slots, const int32_t* pos
       for (int t = t0; t < t1; t++)
         kern_->silu_mul(gate_.as<float>() + size_t(t) * fp_, up_.as<float>() + size_t(t) * fp_,
                         gate_.as<float>() + size_t(t) * fp_, fp_);
+      quantize_for(L.wdown, gate_.as<float>(), fp_, t0, t1);
       pool_.barrier();
       matmul_part(L.wdown, gate_.as<float>(), T, fp_, x, ep_, true, tid);
       pool_.barrier();
@@ -267,6 +294,7 @@ void Model::step(const int32_t* tokens, const int32_t* slots, const int32_t* pos
       std::memcpy(xn_.as<float>() + size_t(r) * ep_, src, sizeof(float) * ep_);
     }
     rmsnorm_rows(xn, final_norm_.as<float>(), xn, r0, r1);
+    quantize_for(head, xn, ep_, r0, r1);
     pool_.barrier();
     matmul_part(head, xn, R, ep_, logits_.as<float>(), vocab_stride(), false, tid);
     pool_.barrier();

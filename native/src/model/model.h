@@ -71,6 +71,9 @@ class Model {
   void rmsnorm_rows(const float* x, const float* w, float* out, int t0, int t1) const;
   void rope_and_cache(int layer, const int32_t* slots, const int32_t* positions, int t0, int t1);
   float* cache_head(Buffer& cache, int slot, int layer, int kv_head) const;  // K: panels; V: [pos][hdp]
+  // Quantizes rows [t0, t1) of x (row length kp) into qx_ when `m` takes quantized activations.
+  void quantize_for(const Matrix& m, const float* x, int ldx, int t0, int t1);
+  // This thread's share of y = x w^T for `rows` rows. A quantized matrix reads the rows quantize_for wrote.
   void matmul_part(const Matrix& m, const float* x, int rows, int ldx, float* y, int ldy, bool accumulate, int tid);
 
   Config cfg_;
@@ -87,6 +90,7 @@ class Model {
 
   // scratch, [max_step, stride]
   Buffer x_, xn_, q_, k_, v_, qh_, att_, gate_, up_;
+  Buffer qx_, qd_, qsum_;  // quantized activations: [max_step, max kp] int8, [max_step, max kp / kQBlock] x2
   Buffer logits_;  // [max_out_rows, vocab_stride]
   Buffer scores_, head_out_;  // per thread: [kMaxAttendHeads][pad(max_cache)], [kMaxAttendHeads][hdp]
 };
