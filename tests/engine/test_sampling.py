@@ -83,3 +83,30 @@ def test_generate_uses_one_draw_per_position(dec):
 def test_invalid_sampling_values(dec, kw, message):
     with pytest.raises(ValueError, match=message):
         sample(dec, 0, **kw)
+
+
+def test_top_p_keeps_transformers_set():
+    """Our top-p (candidates first) keeps the tokens transformers' TopPLogitsWarper keeps; where the two differ it
+    is one token whose mass ranked above it equals top_p to float rounding (their cumulative sums run in opposite
+    orders)."""
+    from transformers.generation.logits_process import TopPLogitsWarper
+
+    from kwker.sampling import TopP
+
+    g = torch.Generator().manual_seed(0)
+    differ = 0
+    for trial in range(120):
+        vocab = [100, 1000, 50000][trial % 3]
+        scores = torch.randn(2, vocab, generator=g) * (1 + trial % 7)
+        for top_p in [0.1, 0.5, 0.9, 0.95, 0.99]:
+            ours, theirs = TopP(top_p)(None, scores.clone()), TopPLogitsWarper(top_p)(None, scores.clone())
+            assert torch.equal(ours[torch.isfinite(ours)], scores[torch.isfinite(ours)])
+            for row in range(2):
+                diff = torch.nonzero(torch.isinf(ours[row]) != torch.isinf(theirs[row])).flatten()
+                if len(diff):
+                    differ += 1
+                    assert len(diff) == 1
+                    probs = scores[row].softmax(-1).double()
+                    above = probs[probs > probs[diff[0]]].sum()
+                    assert abs(float(above) - top_p) < 1e-5
+    assert differ <= 3
