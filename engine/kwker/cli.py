@@ -59,6 +59,13 @@ def cmd_generate(args) -> int:
 def cmd_bench(args) -> int:
     from kwker import bench
 
+    if args.quality:
+        from kwker import quality
+
+        rows = quality.run(args.model, threads=args.threads)
+        if args.json:
+            Path(args.json).write_text(json.dumps(rows, indent=2))
+        return 0
     if args.lookup or args.draft:
         report = bench.run_speculative(args.model, precision=args.precision, threads=args.threads,
                                        draft_spec=args.draft, repeats=args.repeats)
@@ -178,6 +185,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--batch", default=None, help="comma-separated batch sizes: aggregate throughput instead")
     b.add_argument("--lookup", action="store_true", help="speculative decoding: plain vs prompt lookup per task")
     b.add_argument("--draft", default=None, help="speculative decoding with this draft model too")
+    b.add_argument("--quality", action="store_true",
+                   help="perplexity, KL and top-1 agreement vs fp32 of each precision on a fixed text")
     b.set_defaults(func=cmd_bench)
 
     s = sub.add_parser("serve", help="an OpenAI-compatible HTTP server (continuous batching)")

@@ -89,7 +89,7 @@ inline void qmatmul_tile(const QRows& x, int kp, const void* w, int p, float* y,
 #pragma GCC unroll 16
       for (int j = 0; j < J; j++) dot[t][j] = V::izero();
     const int8_t* xb = x.q + size_t(b) * kQBlock;
-#pragma GCC unroll 8
+#pragma GCC unroll 1  // unrolled, GCC reassociates the integer sums into a tree and spills every product
     for (int g = 0; g < kQBlock / kQGroup; g++) {
       I wv[J], wa[J];
 #pragma GCC unroll 16
