@@ -15,10 +15,20 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <type_traits>
 
 #include "kernels.h"
 
 namespace kwker::simd {
+
+// Every element of a register tile set to v.
+template <class R, int A, int B>
+inline void fill(R (&a)[A][B], R v) {
+#pragma GCC unroll 16
+  for (int i = 0; i < A; i++)
+#pragma GCC unroll 16
+    for (int j = 0; j < B; j++) a[i][j] = v;
+}
 
 // y[t, n0 + ...] (+)= acc[t] + bias: the epilogue of every tile.
 template <class V, int TB, int J>
@@ -44,10 +54,7 @@ inline void matmul_tile(const float* x, int ldx, const void* w, int kp, int p, f
   using R = typename V::reg;
   constexpr int RP = kPanel / V::W;  // registers per panel
   R acc[TB][NP * RP];
-#pragma GCC unroll 16
-  for (int t = 0; t < TB; t++)
-#pragma GCC unroll 16
-    for (int j = 0; j < NP * RP; j++) acc[t][j] = V::zero();
+  fill(acc, V::zero());
   for (int k = 0; k < kp; k++) {
     R wv[NP * RP];
 #pragma GCC unroll 16
@@ -75,19 +82,13 @@ inline void qmatmul_tile(const QRows& x, int kp, const void* w, int p, float* y,
   const size_t panel_stride = size_t(nb) * qblock_bytes(T);
   const uint8_t* base = static_cast<const uint8_t*>(w) + size_t(p) * panel_stride;
   R acc[TB][J];
-#pragma GCC unroll 16
-  for (int t = 0; t < TB; t++)
-#pragma GCC unroll 16
-    for (int j = 0; j < J; j++) acc[t][j] = V::zero();
+  fill(acc, V::zero());
   for (int b = 0; b < nb; b++) {
     const uint8_t* blk[NP];
 #pragma GCC unroll 16
     for (int q = 0; q < NP; q++) blk[q] = base + q * panel_stride + size_t(b) * qblock_bytes(T);
     I dot[TB][J];
-#pragma GCC unroll 16
-    for (int t = 0; t < TB; t++)
-#pragma GCC unroll 16
-      for (int j = 0; j < J; j++) dot[t][j] = V::izero();
+    fill(dot, V::izero());
     const int8_t* xb = x.q + size_t(b) * kQBlock;
 #pragma GCC unroll 1  // unrolled, GCC reassociates the integer sums into a tree and spills every product
     for (int g = 0; g < kQBlock / kQGroup; g++) {
@@ -124,70 +125,32 @@ inline void qmatmul_tile(const QRows& x, int kp, const void* w, int p, float* y,
   store_tile<V, TB, J>(acc, y, ldy, p * kPanel, bias, accumulate);
 }
 
-// A tile of exactly `rows` (< TB) tokens, so that short steps (speculative verify, prefill tails) keep as many
-// independent chains as they have tokens.
-template <class V, WType T, int TB>
-inline void matmul_rows(int rows, const float* x, int ldx, const void* w, int kp, int p, float* y, int ldy,
-                        const float* bias, bool accumulate) {
+template <int N>
+using Int = std::integral_constant<int, N>;
+
+// Calls f(Int<ROWS>{}) for the runtime value rows (1 <= rows <= TB), so that a tile of exactly `rows` tokens keeps
+// as many independent chains as it has tokens (short steps: speculative verify, prefill tails).
+template <int TB, class F>
+inline void with_rows(int rows, const F& f) {
   if constexpr (TB > 0) {
-    if (rows == TB) return matmul_tile<V, T, TB, 1>(x, ldx, w, kp, p, y, ldy, bias, accumulate);
-    matmul_rows<V, T, TB - 1>(rows, x, ldx, w, kp, p, y, ldy, bias, accumulate);
+    if (rows == TB) return f(Int<TB>{});
+    with_rows<TB - 1>(rows, f);
   }
 }
 
 // Tokens per cache block in the multi-row path: a block of x rows stays in cache while the panels stream by.
 constexpr int kRowBlock = 48;
 
-template <class V, WType T>
-void matmul(const float* x, int m, int ldx, const void* w, int kp, int p0, int p1, float* y, int ldy,
-            const float* bias, bool accumulate) {
-  constexpr int TB = V::TB, NPV = V::NP_GEMV;
+// The tiling shared by the float and quantized matmuls: tile(Int<ROWS>, Int<NP>, t, p) computes rows
+// [t, t + ROWS) against panels [p, p + NP). One row: NPV panels per tile (enough chains to hide latency). More
+// rows: blocks of kRowBlock rows, each split into balanced tiles of at most TB rows (8 rows: 4 + 4, not 6 + 2,
+// so the weights a tile loads serve more rows), for every panel.
+template <int TB, int NPV, class Tile>
+inline void for_each_tile(int m, int p0, int p1, const Tile& tile) {
   if (m == 1) {
     int p = p0;
-    for (; p + NPV <= p1; p += NPV) matmul_tile<V, T, 1, NPV>(x, ldx, w, kp, p, y, ldy, bias, accumulate);
-    for (; p < p1; p++) matmul_tile<V, T, 1, 1>(x, ldx, w, kp, p, y, ldy, bias, accumulate);
-    return;
-  }
-  for (int m0 = 0; m0 < m; m0 += kRowBlock) {
-    const int mc = std::min(kRowBlock, m - m0);
-    const float* xb = x + size_t(m0) * ldx;
-    float* yb = y + size_t(m0) * ldy;
-    // Balanced tiles (8 rows: 4 + 4, not 6 + 2): the weights a tile loads, and dequantizes, serve more rows.
-    const int tiles = (mc + TB - 1) / TB;
-    for (int p = p0; p < p1; p++) {
-      for (int i = 0, t = 0; i < tiles; i++) {
-        const int rows = mc / tiles + (i < mc % tiles ? 1 : 0);
-        matmul_rows<V, T, TB>(rows, xb + size_t(t) * ldx, ldx, w, kp, p, yb + size_t(t) * ldy, ldy, bias,
-                              accumulate);
-        t += rows;
-      }
-    }
-  }
-}
-
-template <class V, WType T, int TB>
-inline void qmatmul_rows(int rows, const QRows& x, int kp, const void* w, int p, float* y, int ldy, const float* bias,
-                         bool accumulate) {
-  if constexpr (TB > 0) {
-    if (rows == TB) return qmatmul_tile<V, T, TB, 1>(x, kp, w, p, y, ldy, bias, accumulate);
-    qmatmul_rows<V, T, TB - 1>(rows, x, kp, w, p, y, ldy, bias, accumulate);
-  }
-}
-
-// Rows t.. of quantized activations.
-inline QRows qrows_from(const QRows& x, size_t t, int kp) {
-  const size_t nb = kp / kQBlock;
-  return QRows{x.q + t * kp, x.d + t * nb, x.sum + t * nb};
-}
-
-template <class V, WType T>
-void qmatmul(const QRows& x, int m, const void* w, int kp, int p0, int p1, float* y, int ldy, const float* bias,
-             bool accumulate) {
-  constexpr int TB = V::TBQ, NPV = V::NPQ_GEMV;
-  if (m == 1) {
-    int p = p0;
-    for (; p + NPV <= p1; p += NPV) qmatmul_tile<V, T, 1, NPV>(x, kp, w, p, y, ldy, bias, accumulate);
-    for (; p < p1; p++) qmatmul_tile<V, T, 1, 1>(x, kp, w, p, y, ldy, bias, accumulate);
+    for (; p + NPV <= p1; p += NPV) tile(Int<1>{}, Int<NPV>{}, 0, p);
+    for (; p < p1; p++) tile(Int<1>{}, Int<1>{}, 0, p);
     return;
   }
   for (int m0 = 0; m0 < m; m0 += kRowBlock) {
@@ -196,11 +159,31 @@ void qmatmul(const QRows& x, int m, const void* w, int kp, int p0, int p1, float
     for (int p = p0; p < p1; p++) {
       for (int i = 0, t = m0; i < tiles; i++) {
         const int rows = mc / tiles + (i < mc % tiles ? 1 : 0);
-        qmatmul_rows<V, T, TB>(rows, qrows_from(x, t, kp), kp, w, p, y + size_t(t) * ldy, ldy, bias, accumulate);
+        with_rows<TB>(rows, [&](auto r) { tile(r, Int<1>{}, t, p); });
         t += rows;
       }
     }
   }
+}
+
+template <class V, WType T>
+void matmul(const float* x, int m, int ldx, const void* w, int kp, int p0, int p1, float* y, int ldy,
+            const float* bias, bool accumulate) {
+  for_each_tile<V::TB, V::NP_GEMV>(m, p0, p1, [&](auto rows, auto np, int t, int p) {
+    matmul_tile<V, T, decltype(rows)::value, decltype(np)::value>(x + size_t(t) * ldx, ldx, w, kp, p,
+                                                                   y + size_t(t) * ldy, ldy, bias, accumulate);
+  });
+}
+
+template <class V, WType T>
+void qmatmul(const QRows& x, int m, const void* w, int kp, int p0, int p1, float* y, int ldy, const float* bias,
+             bool accumulate) {
+  const size_t nb = kp / kQBlock;
+  for_each_tile<V::TBQ, V::NPQ_GEMV>(m, p0, p1, [&](auto rows, auto np, int t, int p) {
+    const QRows xt{x.q + size_t(t) * kp, x.d + t * nb, x.sum + t * nb};
+    qmatmul_tile<V, T, decltype(rows)::value, decltype(np)::value>(xt, kp, w, p, y + size_t(t) * ldy, ldy, bias,
+                                                                    accumulate);
+  });
 }
 
 // Scores of G queries against the keys of panels [pi, pi + PB): one chain per (query, key) over d.
@@ -209,10 +192,7 @@ inline void attend_scores(const float* q, int hdp, const float* k, int pi, float
   using R = typename V::reg;
   constexpr int RP = kPanel / V::W;
   R acc[G][PB * RP];
-#pragma GCC unroll 16
-  for (int j = 0; j < G; j++)
-#pragma GCC unroll 16
-    for (int r = 0; r < PB * RP; r++) acc[j][r] = V::zero();
+  fill(acc, V::zero());
   const float* kb = k + size_t(pi) * hdp * kPanel;
   for (int d = 0; d < hdp; d++) {
     R kv[PB * RP];
@@ -238,10 +218,7 @@ template <class V, int G, int CB>
 inline void attend_values(const float* p, int ns, const float* v, int n, int hdp, int c0, float* out) {
   using R = typename V::reg;
   R acc[G][CB];
-#pragma GCC unroll 16
-  for (int j = 0; j < G; j++)
-#pragma GCC unroll 16
-    for (int c = 0; c < CB; c++) acc[j][c] = V::zero();
+  fill(acc, V::zero());
   for (int i = 0; i < n; i++) {
     R vv[CB];
 #pragma GCC unroll 16
