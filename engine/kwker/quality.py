@@ -22,15 +22,15 @@ def measure(model, tokenizer, precisions=PRECISIONS, max_tokens: int = 512, thre
 
     ids = tokenizer(text(), return_tensors="pt")["input_ids"][0, :max_tokens]
     targets = ids[1:]
-    reference = None
+
+    def log_probs(precision):
+        dec = KwkDecoder(model, max_cache_len=len(ids), precision=precision, threads=threads)
+        return dec.forward(ids).double().log_softmax(-1)
+
+    reference = log_probs("fp32")
     rows = []
     for precision in precisions:
-        dec = KwkDecoder(model, max_cache_len=len(ids), precision=precision, threads=threads)
-        logp = dec.forward(ids).double().log_softmax(-1)
-        del dec
-        if reference is None:
-            reference = logp if precision == "fp32" else KwkDecoder(
-                model, max_cache_len=len(ids), precision="fp32", threads=threads).forward(ids).double().log_softmax(-1)
+        logp = reference if precision == "fp32" else log_probs(precision)
         nll = -logp[:-1].gather(1, targets[:, None]).mean()
         kl = (reference.exp() * (reference - logp)).sum(-1).mean()
         top1 = (reference.argmax(-1) == logp.argmax(-1)).double().mean()

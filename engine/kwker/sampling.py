@@ -81,10 +81,10 @@ class TopP(TopPLogitsWarper):
             return super().__call__(input_ids, scores)
         probs = scores.softmax(dim=-1)
         top, idx = probs.topk(self.CANDIDATES, dim=-1)  # descending
-        above = top.cumsum(dim=-1) - top  # mass ranked above each candidate
-        if not bool((above[:, -1] + top[:, -1] >= self.top_p).all()):
+        cumulative = top.cumsum(dim=-1)
+        if not bool((cumulative[:, -1] >= self.top_p).all()):
             return super().__call__(input_ids, scores)
-        keep = above < self.top_p
+        keep = cumulative - top < self.top_p  # the mass ranked above each candidate is below top_p
         keep[:, : self.min_tokens_to_keep] = True
         out = torch.full_like(scores, self.filter_value)
         return out.scatter(-1, idx, torch.where(keep, scores.gather(-1, idx), self.filter_value))

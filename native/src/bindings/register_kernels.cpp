@@ -24,6 +24,17 @@ std::vector<float> pad_rows(const float* src, int rows, int cols, int stride) {
   return out;
 }
 
+// Rows [m, kp] of padded activations quantized as the model quantizes them for the Q8/Q4 kernels.
+struct QuantizedRows {
+  std::vector<int8_t> q;
+  std::vector<float> d;
+  std::vector<int32_t> sum;
+  QuantizedRows(const float* x, int m, int kp) : q(size_t(m) * kp), d(size_t(m) * kp / kQBlock), sum(d.size()) {
+    quantize_rows(x, m, kp, kp, q.data(), d.data(), sum.data());
+  }
+  QRows view() const { return QRows{q.data(), d.data(), sum.data()}; }
+};
+
 // x: [m, k] float32; w: [n, k] float32 or uint16 (bf16 / f16 bits, by wtype).
 py::array_t<float> kernel_matmul(const std::string& isa, F32Array x, py::array w, int wtype, py::object bias) {
   const Kernels& kern = kernels_select(isa);
@@ -49,11 +60,7 @@ py::array_t<float> kernel_matmul(const std::string& isa, F32Array x, py::array w
     py::gil_scoped_release release;
     const float* bp = b.empty() ? nullptr : b.data();
     if (wtype_quantized(t)) {
-      std::vector<int8_t> q(size_t(m) * kp);
-      std::vector<float> d(size_t(m) * kp / kQBlock);
-      std::vector<int32_t> sum(d.size());
-      quantize_rows(xp.data(), m, kp, kp, q.data(), d.data(), sum.data());
-      kern.qmatmul[wtype - int(WType::Q8)](QRows{q.data(), d.data(), sum.data()}, m, wp.data(), kp, 0, np / kPanel,
+      kern.qmatmul[wtype - int(WType::Q8)](QuantizedRows(xp.data(), m, kp).view(), m, wp.data(), kp, 0, np / kPanel,
                                            yp.data(), np, bp, false);
     } else {
       kern.matmul[wtype](xp.data(), m, kp, wp.data(), kp, 0, np / kPanel, yp.data(), np, bp, false);
@@ -68,14 +75,11 @@ py::array_t<float> kernel_matmul(const std::string& isa, F32Array x, py::array w
 py::array_t<float> kernel_quantized_activations(F32Array x) {
   if (x.ndim() != 2) throw std::invalid_argument("x must be 2-D");
   const int m = int(x.shape(0)), k = int(x.shape(1)), kp = pad_to(k), nb = kp / kQBlock;
-  std::vector<float> xp = pad_rows(x.data(), m, k, kp), d(size_t(m) * nb);
-  std::vector<int8_t> q(size_t(m) * kp);
-  std::vector<int32_t> sum(d.size());
-  quantize_rows(xp.data(), m, kp, kp, q.data(), d.data(), sum.data());
+  const QuantizedRows qx(pad_rows(x.data(), m, k, kp).data(), m, kp);
   py::array_t<float> out({m, k});
   for (int r = 0; r < m; r++)
     for (int c = 0; c < k; c++)
-      out.mutable_data()[size_t(r) * k + c] = float(q[size_t(r) * kp + c]) * d[size_t(r) * nb + c / kQBlock];
+      out.mutable_data()[size_t(r) * k + c] = float(qx.q[size_t(r) * kp + c]) * qx.d[size_t(r) * nb + c / kQBlock];
   return out;
 }
 

@@ -113,8 +113,8 @@ float quant_error(const float* v, float d, int lo, int hi) {
 // nearby steps refined by least squares (d = sum v q / sum q q for the integers q it rounds to), whichever has the
 // smallest squared error. Costs a few passes over the block at load; lowers the int4 error notably.
 float block_step(const float* v, float d0, int lo, int hi) {
+  if (d0 == 0.f) return 0.f;  // an all-zero block
   float best = d0, best_err = quant_error(v, d0, lo, hi);
-  if (d0 == 0.f) return 0.f;
   for (float f : {0.9f, 0.95f, 1.0f}) {
     const float d = d0 * f, inv = 1.f / d;
     float vq = 0.f, qq = 0.f;
