@@ -3,7 +3,6 @@ talks to it through queued signals, except Stop, which is a thread-safe flag che
 
 from __future__ import annotations
 
-import gc
 import threading
 import time
 import traceback
@@ -41,8 +40,10 @@ class GenerationWorker(QObject):
         from kwker.models import load_model
 
         try:
+            # Dropping the references frees the previous decoders' memory (they hold no reference cycles). No
+            # gc.collect() here: a collection on this thread can destroy Qt objects of the GUI thread that sit in
+            # garbage cycles, which crashed the process (seen in CI, in the app tests).
             self.decoder = self.draft = None
-            gc.collect()
             precision = None if opts["precision"] == "auto" else opts["precision"]
             threads = opts["threads"] or None
             model, tokenizer = load_model(opts["model"], progress=self.loading.emit)
@@ -61,7 +62,6 @@ class GenerationWorker(QObject):
                                    threads=threads, tokenizer=dtok)
                 del dmodel
                 decoder.check_draft(draft)
-            gc.collect()
             self.decoder, self.draft, self.tokenizer = decoder, draft, tokenizer
             self.loading.emit("measuring plain decoding speed")
             self.info = {"model": opts["model"], "precision": decoder.precision, "isa": decoder.isa,
