@@ -94,6 +94,7 @@ class KwkDecoder:
         cfg = family.native_config(model)
         cfg["wtype"] = WTYPES[matrix_fmt]
         cos, sin = family.rope_tables(model, max_cache_len)
+        cfg["rope_dim"] = 2 * cos.shape[-1]  # the table's width: partial rotary models rotate fewer dims
         self._native = _native.Model(cfg, cos.numpy(), sin.numpy(), max_cache_len, max_batch,
                                      min(max_step_tokens, max_cache_len), DEFAULT_LOGIT_ROWS,
                                      threads or default_threads(), best_isa())

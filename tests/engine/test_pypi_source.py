@@ -40,3 +40,25 @@ def test_qwen_coder_05b_greedy_equals_transformers():
                             pad_token_id=tokenizer.eos_token_id)
     assert torch.equal(ours, theirs), (tokenizer.decode(ours[0]), tokenizer.decode(theirs[0]))
     assert "def " in tokenizer.decode(ours[0, ids.shape[1]:])
+
+
+def test_gemma3_270m_greedy_equals_transformers():
+    """Gemma 3 natively on its real weights: short prompts, and one longer than the 512-token sliding window."""
+    from importlib.resources import files
+
+    from kwker.models import load_model
+
+    model, tokenizer = load_model("google/gemma-3-270m", dtype=torch.float32)
+    assert type(model).__name__ == "Gemma3ForCausalLM" and model.config.sliding_window == 512
+    dec = KwkDecoder(model, max_cache_len=1024)
+    prose = files("resources").joinpath("texts/public_domain.txt").read_text()
+    long_ids = tokenizer(prose, return_tensors="pt").input_ids
+    assert long_ids.shape[1] > 512
+    for ids in [tokenizer(p, return_tensors="pt").input_ids
+                for p in ("The capital of France is", "def fibonacci(n):")] + [long_ids]:
+        with torch.no_grad():
+            ref = model(ids).logits[0, -1]
+        assert float((dec.forward(ids, logits="last")[0] - ref).abs().max() / ref.abs().max()) < 1e-4
+        ours = dec.generate(ids, max_new_tokens=24)
+        theirs = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=24, do_sample=False)
+        assert torch.equal(ours, theirs), (tokenizer.decode(ours[0, -24:]), tokenizer.decode(theirs[0, -24:]))

@@ -91,6 +91,23 @@ def test_attend_matches_softmax_attention(isa, n, hd, g):
 
 
 @pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("first", [1, 15, 16, 17, 40, 128])
+@pytest.mark.parametrize("g", [1, 3])
+def test_attend_sliding_window_matches_attention_over_the_window(isa, first, g):
+    """Keys before `first` (a sliding window's start, inside or at a panel edge) take no part at all."""
+    needs(isa)
+    n = 129
+    rng = np.random.default_rng(first * 7 + g)
+    q = rng.standard_normal((g, 64)).astype(np.float32)
+    k = rng.standard_normal((n, 64)).astype(np.float32)
+    v = rng.standard_normal((n, 64)).astype(np.float32)
+    k[:first] *= 50  # large scores before the window would dominate if they leaked in
+    out = _native.kernel_attend(isa, q, k, v, 0.125, first)
+    ref, smax = reference_attention(q, k[first:], v[first:], 0.125)
+    assert np.allclose(out, ref, rtol=0, atol=2e-5 * np.abs(v).max() * max(1.0, smax))
+
+
+@pytest.mark.parametrize("isa", ISAS)
 def test_attend_query_result_does_not_depend_on_its_group(isa):
     """A query head's output is the same bits alone or attended together with 1-3 other heads."""
     needs(isa)
@@ -125,10 +142,28 @@ def test_silu_mul(isa, n):
     rng = np.random.default_rng(n)
     g = (rng.standard_normal(n) * 8).astype(np.float32)  # reaches the exp clamp region too
     u = rng.standard_normal(n).astype(np.float32)
-    out = _native.kernel_silu_mul(isa, g, u)
+    out = _native.kernel_glu(isa, g, u, 0)
     g64 = g.astype(np.float64)
     ref = g64 / (1 + np.exp(-g64)) * u
     assert np.allclose(out, ref, rtol=4 * EPS32, atol=1e-30)
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("n", SIZES)
+def test_gelu_tanh_mul_matches_torch(isa, n):
+    """transformers' gelu_pytorch_tanh (Gemma's MLP), computed as x sigmoid(2u)."""
+    needs(isa)
+    rng = np.random.default_rng(n + 1)
+    g = (rng.standard_normal(n) * 6).astype(np.float32)
+    u = rng.standard_normal(n).astype(np.float32)
+    out = _native.kernel_glu(isa, g, u, 1)
+    g64 = g.astype(np.float64)
+    z = 2 * np.sqrt(2 / np.pi) * (g64 + 0.044715 * g64**3)
+    gelu = g64 / (1 + np.exp(-z))  # = 0.5 x (1 + tanh(z / 2)) without the cancellation in the far tail
+    assert np.allclose(gelu, torch.nn.functional.gelu(torch.from_numpy(g64), approximate="tanh").numpy(),
+                       rtol=0, atol=1e-12)
+    # float32 carries ~|z| ulp of absolute error in z, which becomes relative error of the tail
+    assert np.all(np.abs(out - gelu * u) <= 8 * EPS32 * (1 + np.abs(z)) * np.abs(gelu * u) + 1e-30)
 
 
 def plain_quantize(blk, wtype):
@@ -184,4 +219,4 @@ def test_activation_quantization_bound(k):
 
 def test_unknown_isa_is_a_clear_error():
     with pytest.raises(ValueError, match="unknown ISA"):
-        _native.kernel_silu_mul("sse9", np.zeros(3, np.float32), np.zeros(3, np.float32))
+        _native.kernel_glu("sse9", np.zeros(3, np.float32), np.zeros(3, np.float32))

@@ -3,7 +3,8 @@
 A family module provides:
   unsupported(model, max_cache_len) -> str | None   why this model (variant) cannot run, or None
   native_config(model) -> dict                       the native step's configuration
-  rope_tables(model, max_cache_len) -> (cos, sin)    float32 [max_cache_len, head_dim / 2]
+  rope_tables(model, max_cache_len) -> (cos, sin)    float32 [n_tables, max_cache_len, rope_dim / 2]
+                                                     (native_config's layer_rope picks a table per layer)
   weights(model) -> iterable of (name, tensor, bias) matrices in HF [out, in] layout, and norms (bias None, 1-D)
 """
 
@@ -11,9 +12,10 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from kwker.families import llama, mistral, qwen2, qwen3
+from kwker.families import gemma3, llama, mistral, phi3, qwen2, qwen3
 
-FAMILIES: dict[str, ModuleType] = {"llama": llama, "mistral": mistral, "qwen2": qwen2, "qwen3": qwen3}
+FAMILIES: dict[str, ModuleType] = {"llama": llama, "mistral": mistral, "qwen2": qwen2, "qwen3": qwen3,
+                                   "gemma3_text": gemma3, "phi3": phi3}
 
 
 def family_for(model) -> ModuleType | None:

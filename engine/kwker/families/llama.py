@@ -15,19 +15,36 @@ def head_dim(config) -> int:
     return getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
 
 
-def rope_type(config) -> str:
-    params = getattr(config, "rope_parameters", None) or getattr(config, "rope_scaling", None) or {}
-    return params.get("rope_type", params.get("type", "default"))
+def layer_windows(config) -> list[int]:
+    """Per layer, how many trailing positions it attends to (0: all). Configs with `layer_types` (Qwen2/3,
+    Gemma 3) window their "sliding_attention" layers; others (Mistral, Phi-3) window every layer when they set
+    `sliding_window`."""
+    window = getattr(config, "sliding_window", None) or 0
+    types = getattr(config, "layer_types", None)
+    if types is not None:
+        return [window if t == "sliding_attention" else 0 for t in types]
+    return [window] * config.num_hidden_layers
 
 
-def unsupported(model, max_cache_len: int) -> str | None:
+def rope_unsupported(params: dict, max_cache_len: int) -> str | None:
+    """Why a rope configuration can't be tabulated once at load (None when it can)."""
+    kind = params.get("rope_type", params.get("type", "default"))
+    if kind == "longrope":  # transformers switches every position to the long factors past the original length
+        original = params.get("original_max_position_embeddings")
+        if original is None or max_cache_len > original:
+            return (f"longrope with max_cache_len {max_cache_len} longer than original_max_position_embeddings "
+                    f"{original} is not supported (its factors change with the text's length)")
+        return None
+    if kind not in STATIC_ROPE_TYPES:
+        return f"rope type {kind!r} is not supported (supported: {', '.join(sorted(STATIC_ROPE_TYPES | {'longrope'}))})"
+    return None
+
+
+def shape_unsupported(model, max_cache_len: int) -> str | None:
+    """The checks every family shares: a causal LM with a head, head sizes, cache length, weight dtype."""
     c = model.config
     if not hasattr(model, "model") or not hasattr(model, "lm_head"):
         return f"{type(model).__name__} is not a causal LM with a language-model head"
-    if getattr(c, "hidden_act", "silu") != "silu":
-        return f"activation {c.hidden_act!r} is not supported (supported: silu)"
-    if rope_type(c) not in STATIC_ROPE_TYPES:
-        return f"rope type {rope_type(c)!r} is not supported (supported: {', '.join(sorted(STATIC_ROPE_TYPES))})"
     hd = head_dim(c)
     if hd % 2 or hd > MAX_HEAD_DIM:
         return f"head_dim {hd} is not supported (even, at most {MAX_HEAD_DIM})"
@@ -39,9 +56,17 @@ def unsupported(model, max_cache_len: int) -> str | None:
     dtype = model.model.embed_tokens.weight.dtype
     if dtype not in DTYPES:
         return f"weights of dtype {dtype} are not supported (float32, bfloat16, float16)"
+    return None
+
+
+def unsupported(model, max_cache_len: int) -> str | None:
+    c = model.config
+    if getattr(c, "hidden_act", "silu") != "silu":
+        return f"activation {c.hidden_act!r} is not supported (supported: silu)"
+    params = getattr(c, "rope_parameters", None) or getattr(c, "rope_scaling", None) or {}
     if getattr(c, "pretraining_tp", 1) not in (None, 1):
         return "pretraining_tp > 1 is not supported"
-    return None
+    return shape_unsupported(model, max_cache_len) or rope_unsupported(params, max_cache_len)
 
 
 def tied(model) -> bool:
@@ -62,23 +87,29 @@ def native_config(model) -> dict:
         norm_eps=float(c.rms_norm_eps),
         attn_scale=float(hd**-0.5),
         tied_embeddings=tied(model),
+        layer_window=layer_windows(c),
     )
 
 
 @torch.no_grad()
-def rope_tables(model, max_cache_len: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos/sin for every cache position, from the model's own rotary embedding (so every scaling type and the
-    attention factor come out exactly as transformers computes them), in float32."""
-    rotary = model.model.rotary_emb
-    hd = head_dim(model.config)
+def rope_table(rotary, max_cache_len: int, *args) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos/sin [max_cache_len, rope_dim / 2] for every cache position from a rotary embedding module (so every
+    scaling type and the attention factor come out exactly as transformers computes them), in float32."""
     cos, sin = [], []
     chunk = 4096
     for start in range(0, max_cache_len, chunk):
         pos = torch.arange(start, min(start + chunk, max_cache_len))[None]
-        c, s = rotary(torch.zeros(1, dtype=torch.float32), pos)
-        cos.append(c[0, :, : hd // 2].float())
-        sin.append(s[0, :, : hd // 2].float())
+        c, s = rotary(torch.zeros(1, dtype=torch.float32), pos, *args)
+        half = c.shape[-1] // 2  # rotate_half tables repeat their first half
+        cos.append(c[0, :, :half].float())
+        sin.append(s[0, :, :half].float())
     return torch.cat(cos).contiguous(), torch.cat(sin).contiguous()
+
+
+def rope_tables(model, max_cache_len: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """One table for every layer: cos, sin of shape [1, max_cache_len, rope_dim / 2]."""
+    cos, sin = rope_table(model.model.rotary_emb, max_cache_len)
+    return cos[None], sin[None]
 
 
 def _bias(linear):

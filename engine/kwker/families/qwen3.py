@@ -3,12 +3,8 @@ and an explicit head_dim (128 on the small models, not hidden / heads)."""
 
 from __future__ import annotations
 
-from kwker.families import llama, qwen2
-from kwker.families.llama import rope_tables  # noqa: F401  (the family's interface)
-
-
-def unsupported(model, max_cache_len: int) -> str | None:
-    return qwen2.unsupported(model, max_cache_len)
+from kwker.families import llama
+from kwker.families.llama import rope_tables, unsupported  # noqa: F401  (the family's interface)
 
 
 def native_config(model) -> dict:

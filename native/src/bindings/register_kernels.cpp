@@ -97,28 +97,30 @@ py::array_t<float> kernel_weights(py::array w, int wtype) {
   return out;
 }
 
-// q: [g, hd], k, v: [n, hd]
-py::array_t<float> kernel_attend(const std::string& isa, F32Array q, F32Array k, F32Array v, float scale) {
+// q: [g, hd], k, v: [n, hd]; attends to keys first..n-1
+py::array_t<float> kernel_attend(const std::string& isa, F32Array q, F32Array k, F32Array v, float scale, int first) {
   const Kernels& kern = kernels_select(isa);
   const int g = int(q.shape(0)), n = int(k.shape(0)), hd = int(k.shape(1)), hdp = pad_to(hd);
   if (q.ndim() != 2 || q.shape(1) != hd || v.shape(0) != n || v.shape(1) != hd || g < 1 || g > kMaxAttendHeads)
     throw std::invalid_argument("shape mismatch");
+  if (first < 0 || first >= n) throw std::invalid_argument("first must be in [0, n)");
   std::vector<float> qp = pad_rows(q.data(), g, hd, hdp), vp = pad_rows(v.data(), n, hd, hdp);
   std::vector<float> kp(size_t(pad_to(n, kPanel)) * hdp, 0.f), scores(size_t(g) * pad_to(n)), out(size_t(g) * hdp);
   for (int i = 0; i < n; i++)
     for (int d = 0; d < hd; d++) kp[panel_index(i, d, hdp)] = k.data()[size_t(i) * hd + d];
-  kern.attend(qp.data(), g, kp.data(), vp.data(), n, hdp, scale, scores.data(), out.data());
+  kern.attend(qp.data(), g, kp.data(), vp.data(), first, n, hdp, scale, scores.data(), out.data());
   py::array_t<float> r({g, hd});
   for (int j = 0; j < g; j++) std::memcpy(r.mutable_data() + size_t(j) * hd, &out[size_t(j) * hdp], sizeof(float) * hd);
   return r;
 }
 
-py::array_t<float> kernel_silu_mul(const std::string& isa, F32Array gate, F32Array up) {
+py::array_t<float> kernel_glu(const std::string& isa, F32Array gate, F32Array up, int activation) {
   const Kernels& kern = kernels_select(isa);
+  if (activation < 0 || activation >= kActivations) throw std::invalid_argument("unknown activation");
   const int n = int(gate.size()), np = pad_to(n);
   if (up.size() != n) throw std::invalid_argument("shape mismatch");
   std::vector<float> g = pad_rows(gate.data(), 1, n, np), u = pad_rows(up.data(), 1, n, np), o(np);
-  kern.silu_mul(g.data(), u.data(), o.data(), np);
+  kern.glu[activation](g.data(), u.data(), o.data(), np);
   py::array_t<float> r(n);
   std::memcpy(r.mutable_data(), o.data(), sizeof(float) * n);
   return r;
@@ -147,8 +149,10 @@ void register_kernels(py::module_& m) {
         py::arg("bias") = py::none());
   m.def("kernel_weights", &kernel_weights, py::arg("w"), py::arg("wtype"));
   m.def("kernel_quantized_activations", &kernel_quantized_activations, py::arg("x"));
-  m.def("kernel_attend", &kernel_attend, py::arg("isa"), py::arg("q"), py::arg("k"), py::arg("v"), py::arg("scale"));
-  m.def("kernel_silu_mul", &kernel_silu_mul, py::arg("isa"), py::arg("gate"), py::arg("up"));
+  m.def("kernel_attend", &kernel_attend, py::arg("isa"), py::arg("q"), py::arg("k"), py::arg("v"), py::arg("scale"),
+        py::arg("first") = 0);
+  m.def("kernel_glu", &kernel_glu, py::arg("isa"), py::arg("gate"), py::arg("up"), py::arg("activation") = 0,
+        "act(gate) * up; activation 0: silu, 1: gelu_pytorch_tanh");
 }
 
 }  // namespace kwker

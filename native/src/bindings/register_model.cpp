@@ -32,6 +32,12 @@ Config config_from_dict(const py::dict& d) {
   c.wtype = WType(d["wtype"].cast<int>());
   c.tied_embeddings = d["tied_embeddings"].cast<bool>();
   c.qk_norm = d.contains("qk_norm") && d["qk_norm"].cast<bool>();
+  c.post_norms = d.contains("post_norms") && d["post_norms"].cast<bool>();
+  if (d.contains("activation")) c.act = Activation(d["activation"].cast<int>());
+  if (d.contains("embed_scale")) c.embed_scale = d["embed_scale"].cast<float>();
+  if (d.contains("rope_dim")) c.rope_dim = d["rope_dim"].cast<int>();
+  if (d.contains("layer_window")) c.layer_window = d["layer_window"].cast<std::vector<int>>();
+  if (d.contains("layer_rope")) c.layer_rope = d["layer_rope"].cast<std::vector<int>>();
   return c;
 }
 
@@ -39,12 +45,14 @@ std::unique_ptr<Model> make_model(const py::dict& config, F32Array rope_cos, F32
                                   int n_slots, int max_step_tokens, int max_out_rows, int threads,
                                   const std::string& isa) {
   Config c = config_from_dict(config);
-  const py::ssize_t half = c.head_dim / 2;
+  const py::ssize_t half = (c.rope_dim ? c.rope_dim : c.head_dim) / 2;
+  const bool one_table = rope_cos.ndim() == 2;  // [max_cache_len, half], or n tables [n, max_cache_len, half]
   for (auto* a : {&rope_cos, &rope_sin})
-    if (a->ndim() != 2 || a->shape(0) != max_cache_len || a->shape(1) != half)
-      throw std::invalid_argument("rope tables must be [max_cache_len, head_dim / 2]");
-  return std::make_unique<Model>(c, rope_cos.data(), rope_sin.data(), max_cache_len, n_slots, max_step_tokens,
-                                 max_out_rows, threads, isa);
+    if (a->ndim() != rope_cos.ndim() || (a->ndim() != 2 && a->ndim() != 3) || a->shape(0) != rope_cos.shape(0) ||
+        a->shape(a->ndim() - 2) != max_cache_len || a->shape(a->ndim() - 1) != half)
+      throw std::invalid_argument("rope tables must be [max_cache_len, rope_dim / 2] or [n, max_cache_len, rope_dim / 2]");
+  return std::make_unique<Model>(c, one_table ? 1 : int(rope_cos.shape(0)), rope_cos.data(), rope_sin.data(),
+                                 max_cache_len, n_slots, max_step_tokens, max_out_rows, threads, isa);
 }
 
 void set_matrix(Model& m, const std::string& name, py::array w, int wtype, py::object bias) {

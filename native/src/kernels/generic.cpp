@@ -260,34 +260,39 @@ void qmatmul_generic(const QRows& x, int m, const void* w, int kp, int p0, int p
   }
 }
 
-void attend_generic(const float* q, int g, const float* k, const float* v, int n, int hdp, float scale,
+void attend_generic(const float* q, int g, const float* k, const float* v, int first, int n, int hdp, float scale,
                     float* scores, float* out) {
   for (int j = 0; j < g; j++) {
     const float* qj = q + size_t(j) * hdp;
     float* s = scores + size_t(j) * pad_to(n);
     float mx = -std::numeric_limits<float>::infinity();
-    for (int i = 0; i < n; i++) {
+    for (int i = first; i < n; i++) {
       float dot = 0.f;
       for (int d = 0; d < hdp; d++) dot += qj[d] * k[panel_index(i, d, hdp)];
       s[i] = dot * scale;
       mx = std::fmax(mx, s[i]);
     }
     float sum = 0.f;
-    for (int i = 0; i < n; i++) {
+    for (int i = first; i < n; i++) {
       s[i] = std::exp(s[i] - mx);
       sum += s[i];
     }
     float* o = out + size_t(j) * hdp;
     for (int c = 0; c < hdp; c++) o[c] = 0.f;
-    for (int i = 0; i < n; i++) {
+    for (int i = first; i < n; i++) {
       const float p = s[i] / sum;
       for (int c = 0; c < hdp; c++) o[c] += p * v[size_t(i) * hdp + c];
     }
   }
 }
 
-void silu_mul_generic(const float* gate, const float* up, float* out, int n) {
-  for (int i = 0; i < n; i++) out[i] = gate[i] / (1.f + std::exp(-gate[i])) * up[i];
+template <Activation A>
+void glu_generic(const float* gate, const float* up, float* out, int n) {
+  for (int i = 0; i < n; i++) {
+    const float x = gate[i];
+    const float z = A == Activation::GeluTanh ? 2.f * 0.7978845608028654f * std::fma(0.044715f, x * x * x, x) : x;
+    out[i] = x / (1.f + std::exp(-z)) * up[i];
+  }
 }
 
 }  // namespace
@@ -297,7 +302,7 @@ const Kernels& kernels_generic() {
                          {matmul_generic<WType::F32>, matmul_generic<WType::BF16>, matmul_generic<WType::F16>},
                          {qmatmul_generic<WType::Q8>, qmatmul_generic<WType::Q4>},
                          attend_generic,
-                         silu_mul_generic};
+                         {glu_generic<Activation::Silu>, glu_generic<Activation::GeluTanh>}};
   return k;
 }
 

@@ -63,24 +63,29 @@ void quantize_rows(const float* x, int m, int ldx, int kp, int8_t* q, float* d, 
 using QMatmulFn = void (*)(const QRows& x, int m, const void* w, int kp, int p0, int p1, float* y, int ldy,
                            const float* bias, bool accumulate);
 
-// Causal attention of g query heads that share one KV head, over keys 0..n-1:
+// Causal attention of g query heads that share one KV head, over keys first..n-1 (first > 0: a sliding window):
 //   out[j] = sum_i softmax_i(scale * q[j] . k_i) v_i
 //   q: [g, hdp]; k: the head's key panels [.., hdp, kPanel] (key i, dim d at ((i / kPanel) * hdp + d) * kPanel +
 //   i % kPanel); v: [n, hdp]; scores: scratch [g, pad_to(n)]; out: [g, hdp].
 // Each (query, key) score is one FMA chain over d, each output column one FMA chain over i: the result for a
 // query does not depend on which other queries share the call.
-using AttendFn = void (*)(const float* q, int g, const float* k, const float* v, int n, int hdp, float scale,
-                          float* scores, float* out);
+using AttendFn = void (*)(const float* q, int g, const float* k, const float* v, int first, int n, int hdp,
+                          float scale, float* scores, float* out);
 
-// out[i] = silu(gate[i]) * up[i], i < n.
-using SiluMulFn = void (*)(const float* gate, const float* up, float* out, int n);
+// The MLP gate's activation. GeluTanh is transformers' gelu_pytorch_tanh: 0.5 x (1 + tanh(u)), which equals
+// x sigmoid(2u) with u = sqrt(2 / pi) (x + 0.044715 x^3).
+enum class Activation : int { Silu = 0, GeluTanh = 1 };
+constexpr int kActivations = 2;
+
+// out[i] = act(gate[i]) * up[i], i < n.
+using GluFn = void (*)(const float* gate, const float* up, float* out, int n);
 
 struct Kernels {
   const char* name;
   MatmulFn matmul[3];   // F32, BF16, F16
   QMatmulFn qmatmul[2];  // Q8, Q4
   AttendFn attend;
-  SiluMulFn silu_mul;
+  GluFn glu[kActivations];  // by Activation
 };
 
 const Kernels& kernels_generic();

@@ -215,11 +215,11 @@ inline void attend_scores(const float* q, int hdp, const float* k, int pi, float
 
 // out[j, c0 .. c0 + CB * W) = sum_i p[j, i] v[i, ...]: one chain per (query, column) over i.
 template <class V, int G, int CB>
-inline void attend_values(const float* p, int ns, const float* v, int n, int hdp, int c0, float* out) {
+inline void attend_values(const float* p, int ns, const float* v, int first, int n, int hdp, int c0, float* out) {
   using R = typename V::reg;
   R acc[G][CB];
   fill(acc, V::zero());
-  for (int i = 0; i < n; i++) {
+  for (int i = first; i < n; i++) {
     R vv[CB];
 #pragma GCC unroll 16
     for (int c = 0; c < CB; c++) vv[c] = V::load(v + size_t(i) * hdp + c0 + c * V::W);
@@ -237,48 +237,54 @@ inline void attend_values(const float* p, int ns, const float* v, int n, int hdp
 }
 
 template <class V, int G>
-void attend_heads(const float* q, const float* k, const float* v, int n, int hdp, float scale, float* scores,
-                  float* out) {
-  const int ns = pad_to(n), np = ns / kPanel;
+void attend_heads(const float* q, const float* k, const float* v, int first, int n, int hdp, float scale,
+                  float* scores, float* out) {
+  // Scores are indexed by key position; the first panel may start before `first` (lanes never used).
+  const int ns = pad_to(n), np = ns / kPanel, p0 = first / kPanel;
   constexpr int PB = G == 1 ? 3 : (G == 2 ? 2 : 1);  // enough chains to hide the FMA latency
-  int pi = 0;
+  int pi = p0;
   for (; pi + PB <= np; pi += PB) attend_scores<V, G, PB>(q, hdp, k, pi, scale, scores, ns);
   for (; pi < np; pi++) attend_scores<V, G, 1>(q, hdp, k, pi, scale, scores, ns);
-  for (int j = 0; j < G; j++) {  // softmax over keys 0..n-1 (lanes past n are computed, never used)
+  for (int j = 0; j < G; j++) {  // softmax over keys first..n-1 (other lanes of their panels are never used)
     float* s = scores + size_t(j) * ns;
-    float mx = s[0];
-    for (int i = 1; i < n; i++) mx = std::max(mx, s[i]);
+    float mx = s[first];
+    for (int i = first + 1; i < n; i++) mx = std::max(mx, s[i]);
     const typename V::reg vmx = V::set1(mx);
-    for (int i = 0; i < ns; i += V::W) V::store(s + i, V::exp(V::sub(V::load(s + i), vmx)));
+    for (int i = p0 * kPanel; i < ns; i += V::W) V::store(s + i, V::exp(V::sub(V::load(s + i), vmx)));
     float sum = 0.f;
-    for (int i = 0; i < n; i++) sum += s[i];
+    for (int i = first; i < n; i++) sum += s[i];
     const typename V::reg vsum = V::set1(sum);
-    for (int i = 0; i < ns; i += V::W) V::store(s + i, V::div(V::load(s + i), vsum));
+    for (int i = p0 * kPanel; i < ns; i += V::W) V::store(s + i, V::div(V::load(s + i), vsum));
   }
   constexpr int CB = G == 1 ? 8 : (G == 2 ? 4 : 2);
   int c = 0;
-  for (; c + CB * V::W <= hdp; c += CB * V::W) attend_values<V, G, CB>(scores, ns, v, n, hdp, c, out);
-  for (; c < hdp; c += V::W) attend_values<V, G, 1>(scores, ns, v, n, hdp, c, out);
+  for (; c + CB * V::W <= hdp; c += CB * V::W) attend_values<V, G, CB>(scores, ns, v, first, n, hdp, c, out);
+  for (; c < hdp; c += V::W) attend_values<V, G, 1>(scores, ns, v, first, n, hdp, c, out);
 }
 
 template <class V>
-void attend(const float* q, int g, const float* k, const float* v, int n, int hdp, float scale, float* scores,
-            float* out) {
+void attend(const float* q, int g, const float* k, const float* v, int first, int n, int hdp, float scale,
+            float* scores, float* out) {
   switch (g) {
-    case 1: return attend_heads<V, 1>(q, k, v, n, hdp, scale, scores, out);
-    case 2: return attend_heads<V, 2>(q, k, v, n, hdp, scale, scores, out);
-    case 3: return attend_heads<V, 3>(q, k, v, n, hdp, scale, scores, out);
-    case 4: return attend_heads<V, 4>(q, k, v, n, hdp, scale, scores, out);
+    case 1: return attend_heads<V, 1>(q, k, v, first, n, hdp, scale, scores, out);
+    case 2: return attend_heads<V, 2>(q, k, v, first, n, hdp, scale, scores, out);
+    case 3: return attend_heads<V, 3>(q, k, v, first, n, hdp, scale, scores, out);
+    case 4: return attend_heads<V, 4>(q, k, v, first, n, hdp, scale, scores, out);
   }
 }
 
+// out = x sigmoid(x) * up (Silu) or x sigmoid(2u) * up with u = sqrt(2 / pi) (x + 0.044715 x^3) (GeluTanh).
 // n must be a multiple of V::W (activation rows are padded).
-template <class V>
-void silu_mul(const float* gate, const float* up, float* out, int n) {
+template <class V, Activation A>
+void glu(const float* gate, const float* up, float* out, int n) {
   const typename V::reg one = V::set1(1.f);
   for (int i = 0; i < n; i += V::W) {
-    typename V::reg g = V::load(gate + i);
-    typename V::reg e = V::exp(V::sub(V::zero(), g));
+    typename V::reg g = V::load(gate + i), z = g;
+    if constexpr (A == Activation::GeluTanh) {
+      const typename V::reg g3 = V::mul(V::mul(g, g), g);
+      z = V::mul(V::set1(2.f * 0.7978845608028654f), V::fma(V::set1(0.044715f), g3, g));
+    }
+    typename V::reg e = V::exp(V::sub(V::zero(), z));
     V::store(out + i, V::mul(V::div(g, V::add(one, e)), V::load(up + i)));
   }
 }
@@ -289,7 +295,7 @@ Kernels make_kernels(const char* name) {
                  {matmul<V, WType::F32>, matmul<V, WType::BF16>, matmul<V, WType::F16>},
                  {qmatmul<V, WType::Q8>, qmatmul<V, WType::Q4>},
                  attend<V>,
-                 silu_mul<V>};
+                 {glu<V, Activation::Silu>, glu<V, Activation::GeluTanh>}};
 }
 
 // exp(x) for a vector, Cephes' polynomial (about 1 ulp on the clamped range). The clamp keeps 2^n normal.

@@ -7,8 +7,8 @@
 
 namespace kwker {
 
-Model::Model(const Config& cfg, const float* rope_cos, const float* rope_sin, int max_cache_len, int n_slots,
-             int max_step_tokens, int max_out_rows, int n_threads, const std::string& isa)
+Model::Model(const Config& cfg, int n_rope, const float* rope_cos, const float* rope_sin, int max_cache_len,
+             int n_slots, int max_step_tokens, int max_out_rows, int n_threads, const std::string& isa)
     : cfg_(cfg),
       kern_(&kernels_select(isa)),
       max_cache_(max_cache_len),
@@ -27,11 +27,23 @@ Model::Model(const Config& cfg, const float* rope_cos, const float* rope_sin, in
     throw std::invalid_argument("invalid model configuration");
   if (max_cache_len < 1 || n_slots < 1 || max_step_tokens < 1 || max_out_rows < 1)
     throw std::invalid_argument("max_cache_len, n_slots, max_step_tokens and max_out_rows must be positive");
-  const int half = cfg.head_dim / 2;
-  rope_cos_ = Buffer(sizeof(float) * max_cache_len * half);
-  rope_sin_ = Buffer(sizeof(float) * max_cache_len * half);
-  std::memcpy(rope_cos_.as<float>(), rope_cos, sizeof(float) * max_cache_len * half);
-  std::memcpy(rope_sin_.as<float>(), rope_sin, sizeof(float) * max_cache_len * half);
+  if (cfg_.rope_dim == 0) cfg_.rope_dim = cfg.head_dim;
+  if (cfg_.rope_dim < 2 || cfg_.rope_dim % 2 || cfg_.rope_dim > cfg.head_dim)
+    throw std::invalid_argument("rope_dim must be even and at most head_dim");
+  if (cfg_.layer_window.empty()) cfg_.layer_window.assign(cfg.n_layer, 0);
+  if (cfg_.layer_rope.empty()) cfg_.layer_rope.assign(cfg.n_layer, 0);
+  if (int(cfg_.layer_window.size()) != cfg.n_layer || int(cfg_.layer_rope.size()) != cfg.n_layer)
+    throw std::invalid_argument("layer_window and layer_rope need one entry per layer");
+  for (int l = 0; l < cfg.n_layer; l++)
+    if (cfg_.layer_window[l] < 0 || cfg_.layer_rope[l] < 0 || cfg_.layer_rope[l] >= n_rope)
+      throw std::invalid_argument("layer " + std::to_string(l) + " has a negative window or no such rope table");
+  if (int(cfg_.act) < 0 || int(cfg_.act) >= kActivations) throw std::invalid_argument("unknown activation");
+  rope_half_ = cfg_.rope_dim / 2;
+  const size_t rope_floats = size_t(n_rope) * max_cache_len * rope_half_;
+  rope_cos_ = Buffer(sizeof(float) * rope_floats);
+  rope_sin_ = Buffer(sizeof(float) * rope_floats);
+  std::memcpy(rope_cos_.as<float>(), rope_cos, sizeof(float) * rope_floats);
+  std::memcpy(rope_sin_.as<float>(), rope_sin, sizeof(float) * rope_floats);
 
   const size_t cache_floats = size_t(n_slots) * cfg.n_layer * cfg.n_kv_head * pad_to(max_cache_len, kPanel) * hdp_;
   cache_k_ = Buffer(sizeof(float) * cache_floats);
@@ -111,6 +123,8 @@ void Model::set_norm(const std::string& name, const float* data, int n) {
     else if (part == "mlp_norm") b = &layers_[li].mlp_norm;
     else if (part == "q_norm") b = &layers_[li].q_norm;
     else if (part == "k_norm") b = &layers_[li].k_norm;
+    else if (part == "post_attn_norm") b = &layers_[li].post_attn_norm;
+    else if (part == "post_mlp_norm") b = &layers_[li].post_mlp_norm;
   }
   if (!b) throw std::invalid_argument("unknown norm " + name);
   *b = Buffer(sizeof(float) * n);
@@ -132,6 +146,10 @@ void Model::check_complete() const {
     if (cfg_.qk_norm) {
       need(L.q_norm.size() > 0, p + "q_norm");
       need(L.k_norm.size() > 0, p + "k_norm");
+    }
+    if (cfg_.post_norms) {
+      need(L.post_attn_norm.size() > 0, p + "post_attn_norm");
+      need(L.post_mlp_norm.size() > 0, p + "post_mlp_norm");
     }
     for (auto [m, nm] : {std::pair{&L.wq, "q"}, {&L.wk, "k"}, {&L.wv, "v"}, {&L.wo, "o"}, {&L.wgate, "gate"},
                          {&L.wup, "up"}, {&L.wdown, "down"}})
@@ -165,13 +183,22 @@ void Model::rmsnorm_rows(const float* x, const float* w, float* out, int t0, int
   }
 }
 
-// Rotates q and k of tokens [t0, t1) (transformers' rotate_half convention), lays q out per head with padding,
-// and writes k and v into the sequence's cache row at its position.
+void Model::add_normed_rows(float* x, float* y, const Buffer& w, int t0, int t1) const {
+  rmsnorm_rows(y, w.as<float>(), y, t0, t1);
+  for (int t = t0; t < t1; t++)
+    for (int i = 0; i < cfg_.n_embd; i++) x[size_t(t) * ep_ + i] += y[size_t(t) * ep_ + i];
+}
+
+// Rotates q and k of tokens [t0, t1) (transformers' rotate_half convention over the first rope_dim dims of a head,
+// the rest pass through), lays q out per head with padding, and writes k and v into the sequence's cache row at
+// its position.
 void Model::rope_and_cache(int layer, const int32_t* slots, const int32_t* positions, int t0, int t1) {
-  const int hd = cfg_.head_dim, half = hd / 2;
+  const int hd = cfg_.head_dim, half = rope_half_;
+  const float* table_cos = rope_cos_.as<float>() + size_t(cfg_.layer_rope[layer]) * max_cache_ * half;
+  const float* table_sin = rope_sin_.as<float>() + size_t(cfg_.layer_rope[layer]) * max_cache_ * half;
   for (int t = t0; t < t1; t++) {
-    const float* c = rope_cos_.as<float>() + size_t(positions[t]) * half;
-    const float* s = rope_sin_.as<float>() + size_t(positions[t]) * half;
+    const float* c = table_cos + size_t(positions[t]) * half;
+    const float* s = table_sin + size_t(positions[t]) * half;
     // out[i * stride] for i < head_dim: the rotated vector (stride kPanel writes a key into its panel column),
     // after the head's own RMSNorm when the model has one (norm: [head_dim] or null)
     float normed[kMaxHeadDim];
@@ -188,6 +215,7 @@ void Model::rope_and_cache(int layer, const int32_t* slots, const int32_t* posit
         out[size_t(i) * stride] = a * c[i] - b * s[i];
         out[size_t(i + half) * stride] = b * c[i] + a * s[i];
       }
+      for (int i = 2 * half; i < hd; i++) out[size_t(i) * stride] = in[i];
     };
     const int pos = positions[t];
     for (int h = 0; h < cfg_.n_head; h++)
@@ -234,7 +262,8 @@ void Model::step(const int32_t* tokens, const int32_t* slots, const int32_t* pos
     auto [t0, t1] = pool_.split(T, tid);
     for (int t = t0; t < t1; t++) {
       float* row = x + size_t(t) * ep_;
-      for (int i = 0; i < c.n_embd; i++) row[i] = panel_value(embed_.data.as<void>(), embed_.type, embed_.kp, tokens[t], i);
+      for (int i = 0; i < c.n_embd; i++)
+        row[i] = panel_value(embed_.data.as<void>(), embed_.type, embed_.kp, tokens[t], i) * c.embed_scale;
     }
     pool_.barrier();
 
@@ -251,7 +280,7 @@ void Model::step(const int32_t* tokens, const int32_t* slots, const int32_t* pos
       pool_.barrier();
 
       // Work items: (token, block of up to kMaxAttendHeads query heads sharing one KV head).
-      const int blocks = (group + kMaxAttendHeads - 1) / kMaxAttendHeads;
+      const int blocks = (group + kMaxAttendHeads - 1) / kMaxAttendHeads, window = c.layer_window[l];
       auto [a0, a1] = pool_.split(T * c.n_kv_head * blocks, tid);
       float* scores = scores_.as<float>() + size_t(tid) * kMaxAttendHeads * pad_to(max_cache_);
       float* hout = head_out_.as<float>() + size_t(tid) * kMaxAttendHeads * hdp_;
@@ -259,7 +288,8 @@ void Model::step(const int32_t* tokens, const int32_t* slots, const int32_t* pos
         const int t = item / (c.n_kv_head * blocks), kvh = item / blocks % c.n_kv_head, b = item % blocks;
         const int h0 = kvh * group + b * kMaxAttendHeads, g = std::min(kMaxAttendHeads, group - b * kMaxAttendHeads);
         kern_->attend(qh_.as<float>() + (size_t(t) * c.n_head + h0) * hdp_, g, cache_head(cache_k_, slots[t], l, kvh),
-                      cache_head(cache_v_, slots[t], l, kvh), positions[t] + 1, hdp_, c.attn_scale, scores, hout);
+                      cache_head(cache_v_, slots[t], l, kvh), window ? std::max(0, positions[t] + 1 - window) : 0,
+                      positions[t] + 1, hdp_, c.attn_scale, scores, hout);
         for (int j = 0; j < g; j++)
           std::memcpy(att_.as<float>() + size_t(t) * qp_ + (h0 + j) * c.head_dim, hout + size_t(j) * hdp_,
                       sizeof(float) * c.head_dim);
@@ -269,8 +299,14 @@ void Model::step(const int32_t* tokens, const int32_t* slots, const int32_t* pos
         quantize_for(L.wo, att_.as<float>(), qp_, t0, t1);
         pool_.barrier();
       }
-      matmul_part(L.wo, att_.as<float>(), T, qp_, x, ep_, true, tid);
-      pool_.barrier();
+      if (c.post_norms) {  // the output is normalized before the residual add
+        matmul_part(L.wo, att_.as<float>(), T, qp_, xn, ep_, false, tid);
+        pool_.barrier();
+        add_normed_rows(x, xn, L.post_attn_norm, t0, t1);
+      } else {
+        matmul_part(L.wo, att_.as<float>(), T, qp_, x, ep_, true, tid);
+        pool_.barrier();
+      }
 
       rmsnorm_rows(x, L.mlp_norm.as<float>(), xn, t0, t1);
       quantize_for(L.wgate, xn, ep_, t0, t1);  // gate and up share the quantized rows
@@ -279,13 +315,20 @@ void Model::step(const int32_t* tokens, const int32_t* slots, const int32_t* pos
       matmul_part(L.wup, xn, T, ep_, up_.as<float>(), fp_, false, tid);
       pool_.barrier();
       for (int t = t0; t < t1; t++)
-        kern_->silu_mul(gate_.as<float>() + size_t(t) * fp_, up_.as<float>() + size_t(t) * fp_,
-                        gate_.as<float>() + size_t(t) * fp_, fp_);
+        kern_->glu[int(c.act)](gate_.as<float>() + size_t(t) * fp_, up_.as<float>() + size_t(t) * fp_,
+                               gate_.as<float>() + size_t(t) * fp_, fp_);
       quantize_for(L.wdown, gate_.as<float>(), fp_, t0, t1);
       pool_.barrier();
-      matmul_part(L.wdown, gate_.as<float>(), T, fp_, x, ep_, true, tid);
-      pool_.barrier();
+      if (c.post_norms) {
+        matmul_part(L.wdown, gate_.as<float>(), T, fp_, xn, ep_, false, tid);
+        pool_.barrier();
+        add_normed_rows(x, xn, L.post_mlp_norm, t0, t1);
+      } else {
+        matmul_part(L.wdown, gate_.as<float>(), T, fp_, x, ep_, true, tid);
+        pool_.barrier();
+      }
     }
+    if (c.post_norms) pool_.barrier();  // the last layer's rows were finished per thread
 
     // Final norm of the requested rows, gathered to the front of xn, then lm_head and argmax.
     auto [r0, r1] = pool_.split(R, tid);

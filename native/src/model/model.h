@@ -1,6 +1,8 @@
 // The decode step of a decoder-only transformer (Llama family and its relatives), run as one native call:
-// embedding -> every layer (RMSNorm, Q/K/V, RoPE, KV-cache write, attention, O, SwiGLU MLP) -> final norm ->
-// lm_head, for T tokens that may belong to several sequences ("slots") at different positions.
+// embedding -> every layer (RMSNorm, Q/K/V, RoPE, KV-cache write, attention, O, gated MLP) -> final norm ->
+// lm_head, for T tokens that may belong to several sequences ("slots") at different positions. What differs
+// between families is configuration: per-head q/k norms, norms after attention and MLP, the MLP's activation,
+// an embedding scale, partial rotary dims, and per layer a sliding window and a rope table.
 #pragma once
 
 #include <cstdint>
@@ -21,7 +23,13 @@ struct Config {
   float attn_scale = 0.f;  // softmax scale; head_dim^-0.5 for Llama
   WType wtype = WType::F32;
   bool tied_embeddings = false;
-  bool qk_norm = false;  // RMSNorm of each q and k head before RoPE (Qwen3)
+  bool qk_norm = false;     // RMSNorm of each q and k head before RoPE (Qwen3, Gemma 3)
+  bool post_norms = false;  // RMSNorm of the attention and MLP outputs before the residual add (Gemma 3)
+  Activation act = Activation::Silu;  // of the MLP gate
+  float embed_scale = 1.f;  // embeddings are multiplied by it (Gemma: sqrt(n_embd))
+  int rope_dim = 0;         // leading dims of each head that RoPE rotates (0: all of head_dim)
+  std::vector<int> layer_window;  // per layer: attend to the last `window` positions only (0: all)
+  std::vector<int> layer_rope;    // per layer: index of its rope table
 };
 
 // A weight matrix [n, k] packed in panels (kernels.h), k padded to kp; optional bias [n] zero padded to a panel.
@@ -37,16 +45,18 @@ struct Matrix {
 struct Layer {
   Buffer attn_norm, mlp_norm;  // [n_embd] float
   Buffer q_norm, k_norm;       // [head_dim] float, with Config::qk_norm
+  Buffer post_attn_norm, post_mlp_norm;  // [n_embd] float, with Config::post_norms
   Matrix wq, wk, wv, wo, wgate, wup, wdown;
 };
 
 class Model {
  public:
-  // rope_cos/sin: [max_cache_len, head_dim / 2], the model's own tables (scaling types already applied).
-  Model(const Config& cfg, const float* rope_cos, const float* rope_sin, int max_cache_len, int n_slots,
+  // rope_cos/sin: n_rope tables of [max_cache_len, rope_dim / 2], the model's own (scaling types applied).
+  Model(const Config& cfg, int n_rope, const float* rope_cos, const float* rope_sin, int max_cache_len, int n_slots,
         int max_step_tokens, int max_out_rows, int n_threads, const std::string& isa);
 
-  // name: embed, lm_head, norm, layers.<i>.<attn_norm|q|k|v|o|mlp_norm|gate|up|down|q_norm|k_norm>
+  // name: embed, lm_head, norm,
+  //       layers.<i>.<attn_norm|q|k|v|o|mlp_norm|gate|up|down|q_norm|k_norm|post_attn_norm|post_mlp_norm>
   void set_matrix(const std::string& name, const void* data, WType type, int n, int k, const float* bias);
   void set_norm(const std::string& name, const float* data, int n);
   void check_complete() const;  // throws if a weight is missing
@@ -69,6 +79,8 @@ class Model {
 
  private:
   void rmsnorm_rows(const float* x, const float* w, float* out, int t0, int t1) const;
+  // x[t] += RMSNorm(y[t]) * w for rows [t0, t1) (y is normalized in place): a post norm before the residual add.
+  void add_normed_rows(float* x, float* y, const Buffer& w, int t0, int t1) const;
   void rope_and_cache(int layer, const int32_t* slots, const int32_t* positions, int t0, int t1);
   float* cache_head(Buffer& cache, int slot, int layer, int kv_head) const;  // K: panels; V: [pos][hdp]
   // Quantizes rows [t0, t1) of x (row length kp) into qx_ when `m` takes quantized activations.
@@ -85,7 +97,8 @@ class Model {
   Matrix embed_, lm_head_;
   Buffer final_norm_;
   std::vector<Layer> layers_;
-  Buffer rope_cos_, rope_sin_;  // [max_cache, head_dim/2]
+  int rope_half_;                // rope_dim / 2
+  Buffer rope_cos_, rope_sin_;  // [n_rope][max_cache][rope_half]
   Buffer cache_k_, cache_v_;    // [slot][layer][kv_head] x (K: [pos/16][hdp][16] panels, V: [pos][hdp])
 
   // scratch, [max_step, stride]

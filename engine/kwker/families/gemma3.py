@@ -1,0 +1,78 @@
+"""Gemma3ForCausalLM (model_type gemma3_text: Gemma 3 270M/1B and the text part of the larger ones).
+
+What differs from Llama, all of it configuration of the one native step: RMSNorm weights are used as (1 + w)
+(folded in at load); norms before and after both attention and MLP; q/k head norms; embeddings scaled by
+sqrt(hidden_size) in the weights' dtype; gelu_pytorch_tanh gate; attention scale query_pre_attn_scalar^-0.5;
+"sliding_attention" layers attend to the last sliding_window positions and use their own rope table (base 10k),
+"full_attention" layers attend to everything with the global one (base 1M, optionally scaled).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from kwker.families import llama
+
+ACTIVATIONS = {"gelu_pytorch_tanh": 1}
+
+
+def rope_layer_types(config) -> list[str]:
+    return sorted(set(config.layer_types))
+
+
+def unsupported(model, max_cache_len: int) -> str | None:
+    c = model.config
+    act = getattr(c, "hidden_activation", None)
+    if act not in ACTIVATIONS:
+        return f"activation {act!r} is not supported (supported: {', '.join(ACTIVATIONS)})"
+    if getattr(c, "attn_logit_softcapping", None) is not None or getattr(c, "final_logit_softcapping", None) is not None:
+        return "logit softcapping (Gemma 2 style) is not supported"
+    if getattr(c, "use_bidirectional_attention", False):
+        return "bidirectional attention is not supported (causal LMs only)"
+    for kind in rope_layer_types(c):
+        reason = llama.rope_unsupported(c.rope_parameters[kind] or {}, max_cache_len)
+        if reason:
+            return f"{kind} layers: {reason}"
+    return llama.shape_unsupported(model, max_cache_len)
+
+
+def native_config(model) -> dict:
+    c = model.config
+    emb = model.model.embed_tokens
+    kinds = rope_layer_types(c)
+    return {**llama.native_config(model),
+            "attn_scale": float(c.query_pre_attn_scalar**-0.5),
+            "qk_norm": True,
+            "post_norms": True,
+            "activation": ACTIVATIONS[c.hidden_activation],
+            "embed_scale": float(emb.embed_scale.to(emb.weight.dtype)),  # as transformers multiplies
+            "layer_rope": [kinds.index(t) for t in c.layer_types]}
+
+
+def rope_tables(model, max_cache_len: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """One table per layer type, in rope_layer_types order: [n_types, max_cache_len, head_dim / 2]."""
+    tables = [llama.rope_table(model.model.rotary_emb, max_cache_len, kind) for kind in rope_layer_types(model.config)]
+    return torch.stack([c for c, _ in tables]), torch.stack([s for _, s in tables])
+
+
+def _norm(module):
+    return 1.0 + module.weight.detach().float()  # Gemma's RMSNorm scales by (1 + w), computed in float32
+
+
+def weights(model):
+    m = model.model
+    yield "embed", m.embed_tokens.weight, None
+    if not llama.tied(model):
+        yield "lm_head", model.lm_head.weight, None
+    yield "norm", _norm(m.norm), None
+    for i, layer in enumerate(m.layers):
+        a, mlp = layer.self_attn, layer.mlp
+        p = f"layers.{i}."
+        for name, norm in (("attn_norm", layer.input_layernorm), ("post_attn_norm", layer.post_attention_layernorm),
+                           ("mlp_norm", layer.pre_feedforward_layernorm),
+                           ("post_mlp_norm", layer.post_feedforward_layernorm), ("q_norm", a.q_norm),
+                           ("k_norm", a.k_norm)):
+            yield p + name, _norm(norm), None
+        for name, lin in (("q", a.q_proj), ("k", a.k_proj), ("v", a.v_proj), ("o", a.o_proj),
+                          ("gate", mlp.gate_proj), ("up", mlp.up_proj), ("down", mlp.down_proj)):
+            yield p + name, lin.weight, llama._bias(lin)
