@@ -36,7 +36,7 @@ def _one_torch_thread():
 class BatchRunner:
     def __init__(self, decoder, prefill_chunk: int = DEFAULT_PREFILL_CHUNK):
         self.dec = decoder
-        self.prefill_chunk = min(prefill_chunk, decoder._native.max_step_tokens)
+        self.prefill_chunk = min(prefill_chunk, decoder._step.max_step_tokens)
 
     def step(self, seqs: list[SequenceState]) -> list[tuple[SequenceState, list[GenerationChunk]]]:
         """One round: every sequence's plan, packed into as few native steps as the step limits allow."""
@@ -45,7 +45,7 @@ class BatchRunner:
 
     def _step(self, seqs):
         plans = [(seq, *seq.plan(self.prefill_chunk)) for seq in seqs]
-        native = self.dec._native
+        native = self.dec._step
         out, group, tokens, out_rows = [], [], 0, 0
         for plan in plans:
             n, rows = len(plan[1]), {"none": 0, "last": 1, "all": len(plan[1])}[plan[3]]
@@ -73,9 +73,9 @@ class BatchRunner:
             spans.append((first, len(out_rows)))
         need_logits = any(not seq.fast and rows != "none" for seq, _, _, rows in group)
         t0 = time.perf_counter()
-        argmax = self.dec._native.step(np.asarray(ids, np.int32), np.asarray(slots, np.int32),
+        argmax = self.dec._step.step(np.asarray(ids, np.int32), np.asarray(slots, np.int32),
                                        np.asarray(positions, np.int32), np.asarray(out_rows, np.int32)).tolist()
-        logits = torch.from_numpy(self.dec._native.logits(len(out_rows)).copy()) if need_logits else None
+        logits = torch.from_numpy(self.dec._step.logits(len(out_rows)).copy()) if need_logits else None
         seconds = time.perf_counter() - t0
         results = []
         for (seq, feed, start, rows), (a, b) in zip(group, spans):

@@ -82,47 +82,53 @@ class KwkDecoder:
         if not isinstance(max_batch, int) or max_batch < 1:
             raise ValueError(f"max_batch must be a positive integer, got {max_batch!r}")
         family = family_for(model)
-        self.config = model.config
-        self.generation_config = getattr(model, "generation_config", None)
-        self.max_cache_len = max_cache_len
-        self.max_batch = max_batch
-        self.precision = precision or OWN_PRECISION[model.model.embed_tokens.weight.dtype]
-        matrix_fmt, embed_fmt = PRECISIONS[self.precision]
-        self.vocab_size = model.config.vocab_size
-        self.tokenizer = tokenizer
+        precision = precision or OWN_PRECISION[model.model.embed_tokens.weight.dtype]
+        matrix_fmt, embed_fmt = PRECISIONS[precision]
 
         cfg = family.native_config(model)
         cfg["wtype"] = WTYPES[matrix_fmt]
         cos, sin = family.rope_tables(model, max_cache_len)
         cfg["rope_dim"] = 2 * cos.shape[-1]  # the table's width: partial rotary models rotate fewer dims
-        self._native = _native.Model(cfg, cos.numpy(), sin.numpy(), max_cache_len, max_batch,
-                                     min(max_step_tokens, max_cache_len), DEFAULT_LOGIT_ROWS,
-                                     threads or default_threads(), best_isa())
-        self._logit_rows = self._native.max_out_rows
+        step = _native.Model(cfg, cos.numpy(), sin.numpy(), max_cache_len, max_batch,
+                             min(max_step_tokens, max_cache_len), DEFAULT_LOGIT_ROWS, threads or default_threads(),
+                             best_isa())
         with torch.no_grad():
             for name, w, bias in family.weights(model):
                 if w.dim() == 1:
-                    self._native.set_norm(name, w.detach().float().numpy())
+                    step.set_norm(name, w.detach().float().numpy())
                 else:
                     fmt = embed_fmt if name in ("embed", "lm_head") else matrix_fmt
-                    self._native.set_matrix(name, _to_native_array(w, fmt), WTYPES[fmt],
-                                            None if bias is None else bias.numpy())
-        self._native.check_complete()
+                    step.set_matrix(name, _to_native_array(w, fmt), WTYPES[fmt], None if bias is None else bias.numpy())
+        step.check_complete()
+        self._attach(model, step, precision, max_batch, tokenizer)
+
+    def _attach(self, model, step, precision: str, max_batch: int, tokenizer) -> None:
+        """Takes `step` as this decoder's step: an object with the native Model's interface (step, logits,
+        max_cache_len, max_step_tokens, max_out_rows, isa, threads, weight_bytes_per_token)."""
+        self.config = model.config
+        self.generation_config = getattr(model, "generation_config", None)
+        self.max_cache_len = step.max_cache_len
+        self.max_batch = max_batch
+        self.precision = precision
+        self.vocab_size = model.config.vocab_size
+        self.tokenizer = tokenizer
+        self._step = step
+        self._logit_rows = step.max_out_rows
         self._cached: list[list[int]] = [[] for _ in range(max_batch)]  # tokens whose K/V each slot holds
         self.last_stats = None  # GenerationStats of the latest stream
 
     # ----------------------------------------------------------------------------------------------- info
     @property
     def isa(self) -> str:
-        return self._native.isa
+        return self._step.isa
 
     @property
     def threads(self) -> int:
-        return self._native.threads
+        return self._step.threads
 
     @property
     def weight_bytes_per_token(self) -> int:
-        return self._native.weight_bytes_per_token
+        return self._step.weight_bytes_per_token
 
     def reset(self) -> None:
         """Forget the cached text: the next call prefills its whole prompt."""
@@ -137,7 +143,7 @@ class KwkDecoder:
         if start > len(self._cached[slot]):
             raise ValueError(f"position {start} is past the {len(self._cached[slot])} cached tokens")
         self._cached[slot] = self._cached[slot][:start]  # what stays valid if this call fails midway
-        step = self._native.max_step_tokens if rows == "last" else min(self._native.max_step_tokens,
+        step = self._step.max_step_tokens if rows == "last" else min(self._step.max_step_tokens,
                                                                          self._logit_rows)
         argmax_rows, logit_rows = [], []
         i = 0
@@ -148,13 +154,13 @@ class KwkDecoder:
                 out_rows = np.arange(size, dtype=np.int32)
             else:  # inner prefill chunks only fill the cache
                 out_rows = np.array([size - 1] if last else [], dtype=np.int32)
-            am = self._native.step(np.asarray(tokens[i:i + size], dtype=np.int32),
+            am = self._step.step(np.asarray(tokens[i:i + size], dtype=np.int32),
                                    np.full(size, slot, dtype=np.int32),
                                    np.arange(start + i, start + i + size, dtype=np.int32), out_rows)
             if rows == "all" or last:
                 argmax_rows.extend(am.tolist())
                 if copy_logits:
-                    logit_rows.append(torch.from_numpy(self._native.logits(len(out_rows)).copy()))
+                    logit_rows.append(torch.from_numpy(self._step.logits(len(out_rows)).copy()))
             self._cached[slot].extend(tokens[i:i + size])
             i += size
         return argmax_rows, (torch.cat(logit_rows) if logit_rows else None)
@@ -303,7 +309,7 @@ class KwkDecoder:
         """Runs one sequence in slot 0 to its end, through the same runner as batches: the prompt in chunks of the
         step size, then plan -> one native step -> absorb (rollback to the verified tokens) -> emit."""
         self.last_stats = seq.stats
-        runner = BatchRunner(self, prefill_chunk=self._native.max_step_tokens)
+        runner = BatchRunner(self, prefill_chunk=self._step.max_step_tokens)
         while not seq.done:
             for _, chunks in runner.step([seq]):
                 yield from chunks
