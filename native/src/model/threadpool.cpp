@@ -50,6 +50,7 @@ void ThreadPool::worker(int tid) {
 }
 
 void ThreadPool::run(const std::function<void(int)>& fn) {
+  std::lock_guard<std::mutex> caller(run_mu_);  // one parallel region at a time, whoever calls
   if (n_ == 1) {
     fn(0);
     return;

@@ -22,7 +22,8 @@ class ThreadPool {
   ThreadPool& operator=(const ThreadPool&) = delete;
 
   int size() const { return n_; }
-  // Runs fn(tid) on every thread, tid 0 on the caller; returns when all are done.
+  // Runs fn(tid) on every thread, tid 0 on the caller; returns when all are done. Callers on other threads wait
+  // their turn.
   void run(const std::function<void(int)>& fn);
   // Called by every thread inside run(): returns when all threads have reached it.
   void barrier();
@@ -42,6 +43,7 @@ class ThreadPool {
   std::atomic<uint64_t> bar_gen_{0};
   std::atomic<bool> stop_{false};
   std::mutex mu_;
+  std::mutex run_mu_;
   std::condition_variable cv_;
 };
 
