@@ -4,6 +4,8 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <vector>
 
@@ -69,6 +71,47 @@ py::array_t<float> kernel_matmul(const std::string& isa, F32Array x, py::array w
   py::array_t<float> y({m, n});
   for (int r = 0; r < m; r++) std::memcpy(y.mutable_data() + size_t(r) * n, &yp[size_t(r) * np], sizeof(float) * n);
   return y;
+}
+
+// Best seconds of one single-threaded matmul call of m rows against an [n, k] matrix of random weights (a kernel
+// microbenchmark: weights packed once, activations quantized once, as in a model step).
+double kernel_matmul_seconds(const std::string& isa, int m, int n, int k, int wtype, int repeats) {
+  const Kernels& kern = kernels_select(isa);
+  if (wtype < 0 || wtype >= kWTypes || m < 1 || n < 1 || k < 1 || repeats < 1) throw std::invalid_argument("bad sizes");
+  const WType t = WType(wtype);
+  const int kp = pad_to(k), np = pad_to(n, kPanel);
+  uint32_t state = 12345;
+  auto rnd = [&] { state = state * 1664525u + 1013904223u; return float(int(state >> 9) - (1 << 22)) / (1 << 22); };
+  std::vector<float> xp(size_t(m) * kp + kPad, 0.f), wf(size_t(n) * k);
+  for (int r = 0; r < m; r++)
+    for (int c = 0; c < k; c++) xp[size_t(r) * kp + c] = rnd();
+  for (float& v : wf) v = rnd();
+  std::vector<uint16_t> wh;
+  const void* src = wf.data();
+  if (!wtype_quantized(t) && t != WType::F32) {  // bf16 / f16 bits
+    wh.resize(wf.size());
+    for (size_t i = 0; i < wf.size(); i++) {
+      uint32_t u;
+      std::memcpy(&u, &wf[i], 4);
+      wh[i] = uint16_t(u >> 16);  // bf16 truncation; for f16 any bit pattern of small values is fine to time
+    }
+    src = wh.data();
+  }
+  std::vector<char> wp(panel_bytes(t, n, k));
+  pack_panels(src, t, n, k, wp.data());
+  std::vector<float> yp(size_t(m) * np);
+  const QuantizedRows qx(xp.data(), m, kp);
+  py::gil_scoped_release release;
+  double best = 1e30;
+  for (int r = 0; r < repeats; r++) {
+    const auto t0 = std::chrono::steady_clock::now();
+    if (wtype_quantized(t))
+      kern.qmatmul[wtype - int(WType::Q8)](qx.view(), m, wp.data(), kp, 0, np / kPanel, yp.data(), np, nullptr, false);
+    else
+      kern.matmul[wtype](xp.data(), m, kp, wp.data(), kp, 0, np / kPanel, yp.data(), np, nullptr, false);
+    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  return best;
 }
 
 // x [m, k] as the quantized kernels see it: each row quantized per block of kQBlock to int8 and dequantized.
@@ -147,6 +190,8 @@ void register_kernels(py::module_& m) {
       py::arg("threads"), "Best float32 FMA GFLOP/s (AVX2, 12 accumulators in registers).");
   m.def("kernel_matmul", &kernel_matmul, py::arg("isa"), py::arg("x"), py::arg("w"), py::arg("wtype"),
         py::arg("bias") = py::none());
+  m.def("kernel_matmul_seconds", &kernel_matmul_seconds, py::arg("isa"), py::arg("m"), py::arg("n"), py::arg("k"),
+        py::arg("wtype"), py::arg("repeats") = 5);
   m.def("kernel_weights", &kernel_weights, py::arg("w"), py::arg("wtype"));
   m.def("kernel_quantized_activations", &kernel_quantized_activations, py::arg("x"));
   m.def("kernel_attend", &kernel_attend, py::arg("isa"), py::arg("q"), py::arg("k"), py::arg("v"), py::arg("scale"),

@@ -81,8 +81,11 @@ inline void qmatmul_tile(const QRows& x, int kp, const void* w, int p, float* y,
   const int nb = kp / kQBlock;
   const size_t panel_stride = size_t(nb) * qblock_bytes(T);
   const uint8_t* base = static_cast<const uint8_t*>(w) + size_t(p) * panel_stride;
-  R acc[TB][J];
-  fill(acc, V::zero());
+  // The float accumulators live in L1 between blocks (one load and store per block): held in registers, they
+  // crowd out the integer dot products of the hot loop, which the compiler then spills on every group.
+  alignas(64) float accm[TB][J * V::W];
+  for (int t = 0; t < TB; t++)
+    for (int j = 0; j < J; j++) V::store(&accm[t][j * V::W], V::zero());
   for (int b = 0; b < nb; b++) {
     const uint8_t* blk[NP];
 #pragma GCC unroll 16
@@ -108,6 +111,9 @@ inline void qmatmul_tile(const QRows& x, int kp, const void* w, int p, float* y,
         }
       }
     }
+    R dw[J];
+#pragma GCC unroll 16
+    for (int j = 0; j < J; j++) dw[j] = V::load_f16(reinterpret_cast<const uint16_t*>(blk[j / RP]) + (j % RP) * V::W);
 #pragma GCC unroll 16
     for (int t = 0; t < TB; t++) {
       const size_t xi = size_t(t) * nb + b;
@@ -117,11 +123,16 @@ inline void qmatmul_tile(const QRows& x, int kp, const void* w, int p, float* y,
       for (int j = 0; j < J; j++) {
         I d = dot[t][j];
         if constexpr (T == WType::Q4) d = V::isub(V::finish_q4(d), offset);
-        const R dw = V::load_f16(reinterpret_cast<const uint16_t*>(blk[j / RP]) + (j % RP) * V::W);
-        acc[t][j] = V::fma(V::mul(dw, dx), V::cvt(d), acc[t][j]);
+        V::store(&accm[t][j * V::W], V::fma(V::mul(dw[j], dx), V::cvt(d), V::load(&accm[t][j * V::W])));
       }
     }
+    asm volatile("" ::: "memory");  // keep accm in memory across blocks
   }
+  R acc[TB][J];
+#pragma GCC unroll 16
+  for (int t = 0; t < TB; t++)
+#pragma GCC unroll 16
+    for (int j = 0; j < J; j++) acc[t][j] = V::load(&accm[t][j * V::W]);
   store_tile<V, TB, J>(acc, y, ldy, p * kPanel, bias, accumulate);
 }
 
