@@ -37,6 +37,7 @@ class GenerationWorker(QObject):
     @Slot(dict)
     def load(self, opts: dict) -> None:
         from kwker.decode import KwkDecoder, runner_unsupported
+        from kwker.speculative import DRAFT_PRECISION
         from kwker.models import load_model
 
         try:
@@ -58,7 +59,7 @@ class GenerationWorker(QObject):
             if opts.get("draft_model"):
                 self.loading.emit(f"loading draft {opts['draft_model']}")
                 dmodel, dtok = load_model(opts["draft_model"], progress=self.loading.emit)
-                draft = KwkDecoder(dmodel, max_cache_len=int(opts["context_length"]), precision=precision,
+                draft = KwkDecoder(dmodel, max_cache_len=int(opts["context_length"]), precision=DRAFT_PRECISION,
                                    threads=threads, tokenizer=dtok)
                 del dmodel
                 decoder.check_draft(draft)

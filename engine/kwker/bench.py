@@ -299,11 +299,12 @@ SPEC_TASKS = {
 
 
 def run_speculative(model_spec=None, precision=None, threads=None, draft_spec=None, max_new_tokens=160,
-                    repeats=3, out=print) -> dict:
+                    repeats=3, out=print, draft_precision=None) -> dict:
     """Greedy tokens/s per task: plain decoding, prompt lookup (and the draft model, with draft_spec), checked to
     give the same tokens; plus transformers' own prompt_lookup_num_tokens on the same task as a peer."""
     from kwker.decode import KwkDecoder, default_threads
     from kwker.models.loader import DEFAULT_MODEL, load_model
+    from kwker.speculative import DRAFT_PRECISION
 
     threads = threads or default_threads()
     torch.set_num_threads(threads)
@@ -312,10 +313,14 @@ def run_speculative(model_spec=None, precision=None, threads=None, draft_spec=No
     modes = {"plain": dict(lookup=0), "lookup": dict(lookup=8)}
     if draft_spec:
         dmodel, dtok = load_model(draft_spec, dtype=torch.float32)
-        draft = KwkDecoder(dmodel, max_cache_len=1024, precision=precision, threads=threads, tokenizer=dtok)
+        draft = KwkDecoder(dmodel, max_cache_len=1024, precision=draft_precision or DRAFT_PRECISION, threads=threads,
+                           tokenizer=dtok)
         modes["draft"] = dict(lookup=0, draft=draft)
         modes["lookup+draft"] = dict(lookup=8, draft=draft)
     report = {"model": model_spec or DEFAULT_MODEL, "precision": dec.precision, "threads": threads, "tasks": {}}
+    if draft_spec:
+        out(f"draft {draft_spec} at {draft.precision}")
+        report["draft"] = {"model": draft_spec, "precision": draft.precision}
     out("| task | mode | tokens/s median | speedup | tokens per step | accepted |")
     out("|---|---|---|---|---|---|")
     for task, text in SPEC_TASKS.items():

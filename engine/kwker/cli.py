@@ -8,6 +8,8 @@ import os
 import sys
 from pathlib import Path
 
+PRECISION_NAMES = ["fp32", "bf16", "fp16", "balanced", "int4"]  # kwker.decode.PRECISIONS, without importing torch
+
 DEFAULT_PROMPT = "Write a haiku about the sea."
 
 
@@ -68,7 +70,8 @@ def cmd_bench(args) -> int:
         return 0
     if args.lookup or args.draft:
         report = bench.run_speculative(args.model, precision=args.precision, threads=args.threads,
-                                       draft_spec=args.draft, repeats=args.repeats)
+                                       draft_spec=args.draft, repeats=args.repeats,
+                                       draft_precision=args.draft_precision)
         if args.json:
             Path(args.json).write_text(json.dumps(report, indent=2))
         return 0
@@ -163,7 +166,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="wrap the prompt in the model's chat template (default when it has one)")
     g.add_argument("--no-chat", dest="chat", action="store_false")
     g.add_argument("--max-new-tokens", type=int, default=128)
-    g.add_argument("--precision", choices=["fp32", "bf16", "fp16", "balanced", "int4"], default=None,
+    g.add_argument("--precision", choices=PRECISION_NAMES, default=None,
                    help="weight precision (default: the model's own)")
     g.add_argument("--seed", type=int, default=None, help="sample with this seed (temperature defaults to 0.7)")
     g.add_argument("--temperature", type=float, default=None)
@@ -175,7 +178,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     b = sub.add_parser("bench", help="prefill and generation tokens/s against peers, with the roofline")
     b.add_argument("model", nargs="?", default=None)
-    b.add_argument("--precision", choices=["fp32", "bf16", "fp16", "balanced", "int4"], default=None)
+    b.add_argument("--precision", choices=PRECISION_NAMES, default=None)
     b.add_argument("--threads", type=int, default=None)
     b.add_argument("--repeats", type=int, default=5)
     b.add_argument("--pp", type=int, default=512, help="prompt tokens for the prefill test")
@@ -185,6 +188,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--batch", default=None, help="comma-separated batch sizes: aggregate throughput instead")
     b.add_argument("--lookup", action="store_true", help="speculative decoding: plain vs prompt lookup per task")
     b.add_argument("--draft", default=None, help="speculative decoding with this draft model too")
+    b.add_argument("--draft-precision", default=None, choices=PRECISION_NAMES,
+                   help="the draft's precision (default int4: the cheapest proposals; never changes the output)")
     b.add_argument("--quality", action="store_true",
                    help="perplexity, KL and top-1 agreement vs fp32 of each precision on a fixed text")
     b.set_defaults(func=cmd_bench)
@@ -194,7 +199,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--host", default="127.0.0.1")
     s.add_argument("--port", type=int, default=8000)
     s.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY' (or set KWKER_API_KEY)")
-    s.add_argument("--precision", choices=["fp32", "bf16", "fp16", "balanced", "int4"], default=None)
+    s.add_argument("--precision", choices=PRECISION_NAMES, default=None)
     s.add_argument("--max-batch", type=int, default=8)
     s.add_argument("--max-cache-len", type=int, default=2048)
     s.add_argument("--threads", type=int, default=None)
