@@ -23,7 +23,9 @@ import torch
 
 from kwker import _native
 
-GGUF_FORMAT = {None: "F32", "fp32": "F32", "bf16": "BF16", "balanced": "Q8_0", "int4": "Q4_0"}
+# llama.cpp formats run beside each precision: int4 against Q4_0 (symmetric, 4.5 bits, the peer) and Q4_1
+# (scale + min per block of 32, 5 bits: the same kind of format as kwker's int4)
+GGUF_FORMATS = {None: ["F32"], "fp32": ["F32"], "bf16": ["BF16"], "balanced": ["Q8_0"], "int4": ["Q4_0", "Q4_1"]}
 TORCH_DTYPE = {None: torch.float32, "fp32": torch.float32, "bf16": torch.bfloat16}
 
 
@@ -105,11 +107,10 @@ class TransformersEngine:
 
 
 class LlamaCppEngine:
-    name = "llama.cpp"
-
-    def __init__(self, gguf_path, threads, n_ctx):
+    def __init__(self, gguf_path, threads, n_ctx, fmt):
         from llama_cpp import Llama
 
+        self.name = f"llama.cpp {fmt}"
         self.llm = Llama(model_path=str(gguf_path), n_ctx=n_ctx, n_batch=512, n_ubatch=512, n_threads=threads,
                          n_threads_batch=threads, verbose=False)
         self.bytes_per_token = _gguf_matrix_bytes(gguf_path)
@@ -184,12 +185,13 @@ def run(model_spec=None, precision=None, threads=None, repeats=5, pp=512, tg=128
             if src is None:
                 out("llama.cpp: no GGUF of these weights to convert from: skipped")
                 continue
-            fmt = GGUF_FORMAT[precision]
-            gguf_path = requantize(src, src.with_name(f"{src.stem}.{fmt}.gguf"), fmt)
-            try:
-                engines.append(LlamaCppEngine(gguf_path, threads, n_ctx))
-            except ImportError:
-                out("llama.cpp: llama-cpp-python is not installed (pip install 'kwker[bench]'): skipped")
+            for fmt in GGUF_FORMATS[precision]:
+                gguf_path = requantize(src, src.with_name(f"{src.stem}.{fmt}.gguf"), fmt)
+                try:
+                    engines.append(LlamaCppEngine(gguf_path, threads, n_ctx, fmt))
+                except ImportError:
+                    out("llama.cpp: llama-cpp-python is not installed (pip install 'kwker[bench]'): skipped")
+                    break
         else:
             raise ValueError(f"unknown peer {peer!r} (transformers, llama.cpp)")
     out(f"model: {name}, precision {precision or 'model dtype'}, threads {threads}, kwker reads "

@@ -1,7 +1,9 @@
 """What each precision costs, on the real SmolLM2-135M and the public-domain text shipped in the package: perplexity,
 mean KL from fp32 and top-1 agreement stay within the bounds below (measured on 512 tokens: bf16 KL 0.0002 / 99.2%,
-int8 0.015 / 94.1%, int4 0.83 / 57.6%, perplexity 15.7 fp32, 16.0 int8, 21.6 int4). SmolLM2's only source here is a
-Q4_1 GGUF, so int4 is a second 4-bit rounding on a different grid: its loss is larger than on float weights."""
+int8 0.015 / 94.1%, int4 0.008 / 93.9%, perplexity 15.7 fp32, 16.0 int8, 15.9 int4). SmolLM2's only source here is a
+Q4_1 GGUF: int4's scale + min blocks of 32 hold that grid almost exactly (only the activations' int8 rounding is
+left), so here int4 even beats int8, whose symmetric levels do not fall on it. With the symmetric int4 of before
+(Q4_0-like) the same text gave KL 0.83 / 57.6%."""
 
 import math
 
@@ -23,11 +25,10 @@ def test_precision_quality_bounds(smollm2):
     assert rows["fp32"]["mean_kl_vs_fp32"] == 0 and rows["fp32"]["top1_agreement_vs_fp32"] == 1
     ppl = rows["fp32"]["perplexity"]
     assert 5 < ppl < 40 and math.isfinite(ppl)  # the model does read the text
-    bounds = {"bf16": (0.002, 0.97, 1.01), "balanced": (0.03, 0.90, 1.05), "int4": (1.2, 0.50, 1.6)}
+    bounds = {"bf16": (0.002, 0.97, 1.01), "balanced": (0.03, 0.90, 1.05), "int4": (0.03, 0.90, 1.05)}
     for precision, (kl, top1, ppl_ratio) in bounds.items():
         r = rows[precision]
         assert r["mean_kl_vs_fp32"] < kl, r
         assert r["top1_agreement_vs_fp32"] >= top1, r
         assert r["perplexity"] <= ppl * ppl_ratio, r
-    kls = [rows[p]["mean_kl_vs_fp32"] for p in ("bf16", "balanced", "int4")]
-    assert kls == sorted(kls)  # fewer bits, more divergence
+    assert rows["bf16"]["mean_kl_vs_fp32"] < min(rows["balanced"]["mean_kl_vs_fp32"], rows["int4"]["mean_kl_vs_fp32"])

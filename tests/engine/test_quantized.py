@@ -23,27 +23,28 @@ def test_quantized_logits_close_to_float(precision, tol):
 
 
 def test_packed_sizes():
-    """int8 weights take 8.5 bits (an fp16 scale per 32), int4 take 4.5 in the layers (lm_head stays int8)."""
+    """int8 weights take 8.5 bits (an fp16 scale per 32), int4 take 5 in the layers (an fp16 scale and min per 32;
+    lm_head stays int8)."""
     model = tiny_llama(vocab=1008, hidden=128, heads=2, kv_heads=1, inter=256, layers=2, tied=False)
     fp32 = KwkDecoder(model, max_cache_len=32).weight_bytes_per_token
     assert KwkDecoder(model, max_cache_len=32, precision="balanced").weight_bytes_per_token == fp32 * 8.5 / 32
     head = 1008 * 128
     layers = fp32 / 4 - head
     assert KwkDecoder(model, max_cache_len=32, precision="int4").weight_bytes_per_token == \
-        layers * 4.5 / 8 + head * 8.5 / 8
+        layers * 5 / 8 + head * 8.5 / 8
 
 
-QUESTIONS = [("What is the capital of France?", "paris"),  # facts the fp32 model itself gets right
-             ("What color is the sky on a clear day?", "blue"),
-             ("What is the opposite of hot?", "cold")]
+QUESTIONS = [("What is the capital of Germany?", "berlin"),  # facts the fp32 model itself gets right
+             ("Who wrote Romeo and Juliet?", "shakespeare"),
+             ("How many days are in a week?", "7")]
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("precision", ["int4"])
+@pytest.mark.parametrize("precision", ["balanced", "int4"])
 def test_quantized_real_model_answers_sensibly(smollm2, precision):
-    """int4 keeps the facts. (int8 is bounded by KL and agreement with fp32 in test_quality.py instead: on "the
-    capital of France" it answers "L'Étoile, la Cité, ..." exactly as llama.cpp's Q8_0 of the same weights does,
-    a knife-edge token for this 135M model once activations are int8.)"""
+    """int8 and int4 keep the facts. (Not "the capital of France": fp32 itself puts "The" only 0.08 logits above "L"
+    there, and with int8 activations every quantized precision, like llama.cpp's Q8_0 of the same weights,
+    answers "L'Étoile, ...".)"""
     model, tokenizer = smollm2
     dec = KwkDecoder(model, max_cache_len=256, precision=precision)
     for question, fact in QUESTIONS:

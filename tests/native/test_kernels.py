@@ -167,24 +167,28 @@ def test_gelu_tanh_mul_matches_torch(isa, n):
 
 
 def plain_quantize(blk, wtype):
-    """Per-block quantization with the plain step (q8: amax / 127 over [-127, 127]; q4: the largest magnitude to
-    -8 over [-8, 7], as ggml's Q4_0), the scale rounded to fp16."""
-    amax_i = np.abs(blk).argmax(axis=1)
-    extreme = blk[np.arange(len(blk)), amax_i][:, None]
-    lo, hi, d = (-127, 127, np.abs(extreme) / 127) if wtype == "q8" else (-8, 7, extreme / -8)
-    d = d.astype(np.float16).astype(np.float64)
+    """Per-block quantization with the plain step, scale (and min) rounded to fp16: q8 symmetric, amax / 127 over
+    [-127, 127]; q4 asymmetric (as ggml's Q4_1), min + (max - min) / 15 * [0, 15]."""
+    f16 = lambda a: a.astype(np.float16).astype(np.float64)  # noqa: E731
+    if wtype == "q8":
+        d = f16(np.abs(blk).max(axis=1, keepdims=True) / 127)
+        inv = np.divide(1, d, out=np.zeros_like(d), where=d != 0)
+        return np.clip(np.round(blk * inv), -127, 127) * d, d
+    lo, hi = blk.min(axis=1, keepdims=True), blk.max(axis=1, keepdims=True)
+    d, m = f16((hi - lo) / 15), f16(lo)
     inv = np.divide(1, d, out=np.zeros_like(d), where=d != 0)
-    return np.clip(np.round(blk * inv), lo, hi) * d, np.abs(d)
+    return np.clip(np.round((blk - m) * inv), 0, 15) * d + m, d
 
 
 @pytest.mark.parametrize("wtype", ["q8", "q4"])
 @pytest.mark.parametrize("k", [32, 33, 64, 100])
 def test_quantize_round_trip_bound(wtype, k):
-    """Per block of 32 with an fp16 scale, the packer searches the step (least squares around the plain one): its
-    squared error is never above the plain step's (fp16 rounding of the scale aside), and every value stays within
-    1.5 plain steps."""
+    """Per block of 32 with an fp16 scale (and min), the packer searches the step (least squares around the plain
+    one): its squared error is never above the plain step's (fp16 rounding aside), and every value stays within
+    1.5 plain steps. Rows are offset from zero, where an asymmetric int4 keeps its 16 levels."""
     rng = np.random.default_rng(k)
     w = (rng.standard_normal((21, k)) * rng.uniform(0.01, 10, (21, 1))).astype(np.float32)
+    w[::3] += 2 * np.abs(w[::3]).max(axis=1, keepdims=True)
     deq = _native.kernel_weights(w, WTYPES[wtype][0]).astype(np.float64)
     total, total_plain = 0.0, 0.0
     for c0 in range(0, k, 32):
@@ -198,6 +202,19 @@ def test_quantize_round_trip_bound(wtype, k):
         assert np.all(np.abs(blk - dblk) <= 1.5 * step + 1e-12)
         total, total_plain = total + err.sum(), total_plain + err_plain.sum()
     assert total <= total_plain
+
+
+def test_q4_holds_a_scale_and_min_grid_exactly():
+    """Weights already on a 4-bit grid with an fp16 scale and min per block of 32 (ggml's Q4_1, what GGUF-sourced
+    models carry) come back unchanged: int4 adds no second rounding to them."""
+    rng = np.random.default_rng(3)
+    n, k = 19, 96
+    d = rng.uniform(0.001, 0.1, (n, k // 32, 1)).astype(np.float16).astype(np.float32)
+    m = (-8 * d * rng.uniform(0.5, 1.5, (n, k // 32, 1))).astype(np.float16).astype(np.float32)
+    q = rng.integers(0, 16, (n, k // 32, 32))
+    q[:, :, 0], q[:, :, 1] = 0, 15  # every block spans the whole range
+    w = (q * d + m).astype(np.float32).reshape(n, k)
+    assert np.array_equal(_native.kernel_weights(w, WTYPES["q4"][0]), w)
 
 
 @pytest.mark.parametrize("k", [1, 31, 32, 33, 100, 129])

@@ -50,7 +50,7 @@ def same_tokenizer(model_id: str) -> list[str]:
             and e.params < me.params]
 
 
-BYTES_PER_WEIGHT = {"auto": 4.0, "fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "balanced": 8.5 / 8, "int4": 4.5 / 8}
+BYTES_PER_WEIGHT = {"auto": 4.0, "fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "balanced": 8.5 / 8, "int4": 5.0 / 8}
 OVERHEAD_BYTES = 450e6  # Python, torch, transformers and the decoder's scratch
 
 

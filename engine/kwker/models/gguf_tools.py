@@ -1,7 +1,7 @@
 """GGUF files of the same weights in another format, for running llama.cpp side by side with Kwker.
 
 `requantize(src, dst, fmt)` keeps every metadata key (tokenizer, chat template, hyper-parameters) and re-encodes
-each 2-D tensor with the `gguf` package's reference quantizers (F32, BF16, Q8_0, Q4_0); 1-D tensors (norms) stay
+each 2-D tensor with the `gguf` package's reference quantizers (F32, BF16, Q8_0, Q4_0, Q4_1); 1-D tensors (norms) stay
 F32 as llama.cpp's own converter keeps them.
 """
 
@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 FORMATS = {"F32": ("F32", "ALL_F32"), "BF16": ("BF16", "MOSTLY_BF16"), "Q8_0": ("Q8_0", "MOSTLY_Q8_0"),
-           "Q4_0": ("Q4_0", "MOSTLY_Q4_0")}
+           "Q4_0": ("Q4_0", "MOSTLY_Q4_0"), "Q4_1": ("Q4_1", "MOSTLY_Q4_1")}
 SKIP_KEYS = {"general.architecture", "general.file_type", "GGUF.version", "GGUF.tensor_count", "GGUF.kv_count"}
 
 

@@ -43,8 +43,6 @@ struct Avx2 {
   static constexpr int TBQ = 4;       // tokens per quantized tile: 4 x 2 dot products + weights, |weights|, x
   static constexpr int NPQ_GEMV = 4;  // panels per quantized GEMV tile (1-token int4 step 3.6-4.0 ms vs 4.0-4.8 with 2, noisy)
   static ireg izero() { return _mm256_setzero_si256(); }
-  static ireg iset1(int a) { return _mm256_set1_epi32(a); }
-  static ireg isub(ireg a, ireg b) { return _mm256_sub_epi32(a, b); }
   static reg cvt(ireg a) { return _mm256_cvtepi32_ps(a); }
   static ireg bcast4(const int8_t* p) {
     int32_t v;

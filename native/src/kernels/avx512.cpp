@@ -47,8 +47,6 @@ struct Avx512 {
   static constexpr int TBQ = 12;
   static constexpr int NPQ_GEMV = 4;
   static ireg izero() { return _mm512_setzero_si512(); }
-  static ireg iset1(int a) { return _mm512_set1_epi32(a); }
-  static ireg isub(ireg a, ireg b) { return _mm512_sub_epi32(a, b); }
   static reg cvt(ireg a) { return _mm512_cvtepi32_ps(a); }
   static ireg bcast4(const int8_t* p) {
     int32_t v;

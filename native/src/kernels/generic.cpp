@@ -109,9 +109,9 @@ float quant_error(const float* v, float d, int lo, int hi) {
   return e;
 }
 
-// The step for a block: the plain one (largest magnitude to the end of the range) or, if better, one of a few
-// nearby steps refined by least squares (d = sum v q / sum q q for the integers q it rounds to), whichever has the
-// smallest squared error. Costs a few passes over the block at load; lowers the int4 error notably.
+// The step for a symmetric (Q8) block: the plain one (largest magnitude to the end of the range) or, if better,
+// one of a few nearby steps refined by least squares (d = sum v q / sum q q for the integers q it rounds to),
+// whichever has the smallest squared error.
 float block_step(const float* v, float d0, int lo, int hi) {
   if (d0 == 0.f) return 0.f;  // an all-zero block
   float best = d0, best_err = quant_error(v, d0, lo, hi);
@@ -129,23 +129,66 @@ float block_step(const float* v, float d0, int lo, int hi) {
   return best;
 }
 
+// Levels of an asymmetric (Q4) block for fp16 step d and min m: q = round((v - m) / d) in [0, 15]; returns the
+// squared error of q * d + m.
+float levels_q4(const float* v, uint16_t dh, uint16_t mh, float* q) {
+  const float d = f16_to_f32(dh), m = f16_to_f32(mh), inv = d != 0.f ? 1.f / d : 0.f;
+  float e = 0.f;
+  for (int j = 0; j < kQBlock; j++) {
+    q[j] = quant_level((v[j] - m) * inv, 0, 15);
+    const float r = v[j] - (q[j] * d + m);
+    e += r * r;
+  }
+  return e;
+}
+
+// Step and min (fp16) of an asymmetric block: the plain range (min to max in 15 steps), then least-squares fits
+// of (d, m) to the levels each candidate rounds to, from the plain and two slightly narrower ranges; the
+// candidate with the smallest squared error after fp16 rounding wins.
+void block_step_min(const float* v, uint16_t* dh, uint16_t* mh) {
+  float lo = v[0], hi = v[0];
+  for (int j = 1; j < kQBlock; j++) lo = std::min(lo, v[j]), hi = std::max(hi, v[j]);
+  float q[kQBlock];
+  *dh = f32_to_f16((hi - lo) / 15.f), *mh = f32_to_f16(lo);
+  float best = levels_q4(v, *dh, *mh, q);
+  for (float f : {1.0f, 0.95f, 0.9f}) {
+    uint16_t d1 = f32_to_f16((hi - lo) * f / 15.f), m1 = f32_to_f16(lo + (hi - lo) * (1.f - f) / 2.f);
+    for (int iter = 0; iter < 2; iter++) {
+      levels_q4(v, d1, m1, q);
+      double sq = 0, sv = 0, sqq = 0, sqv = 0;
+      for (int j = 0; j < kQBlock; j++) sq += q[j], sv += v[j], sqq += double(q[j]) * q[j], sqv += double(q[j]) * v[j];
+      const double det = kQBlock * sqq - sq * sq;
+      if (det <= 0) break;  // every value on one level: the plain candidate already has it
+      const double d = (kQBlock * sqv - sq * sv) / det, m = (sv - d * sq) / kQBlock;
+      d1 = f32_to_f16(float(d)), m1 = f32_to_f16(float(m));
+      const float err = levels_q4(v, d1, m1, q);
+      if (err < best) best = err, *dh = d1, *mh = m1;
+    }
+  }
+}
+
 // Quantizes one row block (kQBlock values) into a packed block at row i of its panel.
 void quantize_block(const float* v, WType t, uint8_t* block, int i) {
-  float amax = 0.f, extreme = 0.f;
-  for (int j = 0; j < kQBlock; j++)
-    if (std::fabs(v[j]) > amax) amax = std::fabs(v[j]), extreme = v[j];
-  // Q8: symmetric over [-127, 127]. Q4: [-8, 7], starting from the largest magnitude at -8 (as Q4_0).
-  const int lo = t == WType::Q8 ? -127 : -8, hi = t == WType::Q8 ? 127 : 7;
-  const uint16_t dh = f32_to_f16(block_step(v, t == WType::Q8 ? amax / 127.f : extreme / -8.f, lo, hi));
+  uint8_t* payload = block + qheader_bytes(t);
+  if (t == WType::Q4) {
+    uint16_t dh, mh;
+    block_step_min(v, &dh, &mh);
+    std::memcpy(block + i * 2, &dh, 2);
+    std::memcpy(block + kPanel * 2 + i * 2, &mh, 2);  // the mins follow the scales
+    float q[kQBlock];
+    levels_q4(v, dh, mh, q);
+    for (int j = 0; j < kQBlock; j++) {
+      uint8_t& byte = payload[qoffset(t, i, j)];
+      byte = i < 8 ? uint8_t((byte & 0xf0) | int(q[j])) : uint8_t((byte & 0x0f) | int(q[j]) << 4);
+    }
+    return;
+  }
+  float amax = 0.f;
+  for (int j = 0; j < kQBlock; j++) amax = std::max(amax, std::fabs(v[j]));
+  const uint16_t dh = f32_to_f16(block_step(v, amax / 127.f, -127, 127));
   std::memcpy(block + i * 2, &dh, 2);
   const float d = f16_to_f32(dh), inv = d != 0.f ? 1.f / d : 0.f;
-  uint8_t* payload = block + kPanel * 2;
-  for (int j = 0; j < kQBlock; j++) {
-    uint8_t& byte = payload[qoffset(t, i, j)];
-    const int q = int(quant_level(v[j] * inv, lo, hi));
-    if (t == WType::Q8) byte = uint8_t(int8_t(q));
-    else byte = i < 8 ? uint8_t((byte & 0xf0) | (q + 8)) : uint8_t((byte & 0x0f) | (q + 8) << 4);
-  }
+  for (int j = 0; j < kQBlock; j++) payload[qoffset(t, i, j)] = uint8_t(int8_t(quant_level(v[j] * inv, -127, 127)));
 }
 
 }  // namespace
@@ -180,22 +223,23 @@ void pack_panel_range(const void* src, WType t, int n, int k, void* dst, int p0,
                   static_cast<const char*>(src) + (size_t(r) * k + c) * es, es);
 }
 
-int panel_q(const void* packed, WType t, int kp, int r, int c, float* scale) {
+int panel_q(const void* packed, WType t, int kp, int r, int c, float* scale, float* min) {
   const uint8_t* block = qblock(packed, t, kp, r, c);
   const int i = r % kPanel;
-  uint16_t dh;
+  uint16_t dh, mh = 0;
   std::memcpy(&dh, block + i * 2, 2);
-  *scale = f16_to_f32(dh);
-  const uint8_t byte = block[kPanel * 2 + qoffset(t, i, c % kQBlock)];
+  if (t == WType::Q4) std::memcpy(&mh, block + kPanel * 2 + i * 2, 2);
+  *scale = f16_to_f32(dh), *min = f16_to_f32(mh);
+  const uint8_t byte = block[qheader_bytes(t) + qoffset(t, i, c % kQBlock)];
   if (t == WType::Q8) return int8_t(byte);
-  return (i < 8 ? byte & 0x0f : byte >> 4) - 8;
+  return i < 8 ? byte & 0x0f : byte >> 4;
 }
 
 float panel_value(const void* packed, WType t, int kp, int r, int c) {
   if (!wtype_quantized(t)) return float_at(packed, t, panel_index(r, c, kp));
-  float scale;
-  const int q = panel_q(packed, t, kp, r, c, &scale);
-  return float(q) * scale;
+  float scale, min;
+  const int q = panel_q(packed, t, kp, r, c, &scale, &min);
+  return float(q) * scale + min;
 }
 
 void quantize_rows(const float* x, int m, int ldx, int kp, int8_t* q, float* d, int32_t* sum) {
@@ -248,10 +292,12 @@ void qmatmul_generic(const QRows& x, int m, const void* w, int kp, int p0, int p
       float s = 0.f;
       for (int b = 0; b < nb; b++) {
         int dot = 0;
-        float dw = 0.f;
+        float dw = 0.f, mw = 0.f;
         for (int j = 0; j < kQBlock; j++)
-          dot += panel_q(w, T, kp, n, b * kQBlock + j, &dw) * x.q[size_t(t) * kp + b * kQBlock + j];
-        s = std::fma(dw * x.d[size_t(t) * nb + b], float(dot), s);
+          dot += panel_q(w, T, kp, n, b * kQBlock + j, &dw, &mw) * x.q[size_t(t) * kp + b * kQBlock + j];
+        const float dx = x.d[size_t(t) * nb + b];
+        s = std::fma(dw * dx, float(dot), s);
+        if (T == WType::Q4) s = std::fma(mw, dx * float(x.sum[size_t(t) * nb + b]), s);
       }
       if (bias) s += bias[n];
       float* out = y + size_t(t) * ldy + n;

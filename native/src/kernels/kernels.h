@@ -22,13 +22,14 @@ constexpr int kPanel = 16;  // weight rows per packed panel
 
 inline int pad_to(int n, int m = kPad) { return (n + m - 1) / m * m; }
 
-// Weight formats. Q8 and Q4 are quantized in blocks of kQBlock along k with one fp16 scale per row and block:
-// value = float(q) * scale, q in [-127, 127] (Q8) or [-8, 7] (Q4, stored as q + 8 in a nibble). In a panel,
-// block b is stored as [kPanel fp16 scales][8 groups of 4 k-steps]; a group holds, for each of the kPanel rows,
-// its 4 consecutive k values (Q8: [kPanel rows][4] bytes = 64 bytes), the layout integer dot-product
+// Weight formats. Q8 and Q4 are quantized in blocks of kQBlock along k, per row and block: Q8 value = q * scale,
+// q in [-127, 127] (symmetric); Q4 value = q * scale + min, q in [0, 15] (asymmetric, as ggml's Q4_1: a block whose
+// values are not centred on zero keeps all 16 levels). Scales and mins are fp16. In a panel, block b is stored as
+// [kPanel fp16 scales]([kPanel fp16 mins] for Q4)[8 groups of 4 k-steps]; a group holds, for each of the kPanel
+// rows, its 4 consecutive k values (Q8: [kPanel rows][4] bytes = 64 bytes), the layout integer dot-product
 // instructions (maddubs, vpdpbusd) consume: one 4-byte broadcast of the activations meets 4 k-steps of every
 // row. Q4 packs a group in 32 bytes: byte r * 4 + e holds row r (low nibble) and row r + 8 (high nibble) at k
-// step e. Q8 is 8.5 bits per weight, Q4 4.5.
+// step e. Q8 is 8.5 bits per weight, Q4 5.
 enum class WType : int { F32 = 0, BF16 = 1, F16 = 2, Q8 = 3, Q4 = 4 };
 constexpr int kWTypes = 5;
 constexpr int kQBlock = 32;
@@ -37,7 +38,8 @@ constexpr int kQGroup = 4;  // k-steps per group
 constexpr bool wtype_quantized(WType t) { return t == WType::Q8 || t == WType::Q4; }
 inline size_t wtype_size(WType t) { return t == WType::F32 ? 4 : 2; }  // element size of the float formats
 constexpr size_t qgroup_bytes(WType t) { return t == WType::Q8 ? kQGroup * kPanel : kQGroup * kPanel / 2; }
-constexpr size_t qblock_bytes(WType t) { return kPanel * 2 + qgroup_bytes(t) * (kQBlock / kQGroup); }
+constexpr size_t qheader_bytes(WType t) { return t == WType::Q8 ? kPanel * 2 : kPanel * 4; }  // scales (+ mins)
+constexpr size_t qblock_bytes(WType t) { return qheader_bytes(t) + qgroup_bytes(t) * (kQBlock / kQGroup); }
 
 // y[t, n] (+)= sum_k x[t, k] * w[n, k] + bias[n]  for t < m and the panels p0 <= p < p1 (n = p * kPanel + i),
 // for the float formats (F32, BF16, F16).
@@ -58,6 +60,7 @@ void quantize_rows(const float* x, int m, int ldx, int kp, int8_t* q, float* d, 
 
 // The same product for Q8 and Q4 weights on quantized activations. Each output is
 //   acc = 0; for each block b in order: acc = fma(dw[n, b] * dx[t, b], float(sum_k qw * qx), acc)
+//                                       (Q4: then acc = fma(mw[n, b], dx[t, b] * float(sum_k qx), acc))
 // where the integer dot product of a block is exact; so, as for the float formats, a row's result does not
 // depend on the tile, the thread, the ISA, or the other rows of the call.
 using QMatmulFn = void (*)(const QRows& x, int m, const void* w, int kp, int p0, int p1, float* y, int ldy,
@@ -119,8 +122,8 @@ void pack_panel_range(const void* src, WType t, int n, int k, void* dst, int p0,
 float panel_value(const void* packed, WType t, int kp, int r, int c);
 // Index of element (r, c) in a float-format packed matrix.
 inline size_t panel_index(int r, int c, int kp) { return (size_t(r / kPanel) * kp + c) * kPanel + r % kPanel; }
-// Quantized weight (row r, column c) of a packed Q8/Q4 matrix: the integer q and the block's scale.
-int panel_q(const void* packed, WType t, int kp, int r, int c, float* scale);
+// Quantized weight (row r, column c) of a packed Q8/Q4 matrix: the integer q, the block's scale and min (0 for Q8).
+int panel_q(const void* packed, WType t, int kp, int r, int c, float* scale, float* min);
 // Largest number of query heads one attend() call takes.
 constexpr int kMaxAttendHeads = 4;
 

@@ -4,7 +4,7 @@
 // (panels per tile when m == 1), zero/load/store/set1/fma/add/mul/div/sub/min/max/round/pow2i, hsum (a fixed
 // reduction tree), exp, load_w<WType> (W float-format weights as floats), load_f16 (W fp16 values); and for the
 // quantized formats an integer register ireg of W int32 lanes (one per output row): TBQ / NPQ_GEMV (tile shapes),
-// izero, iset1, isub, cvt (int32 -> float), bcast4 (4 activation bytes to every lane), load_qw<WType>(group, j)
+// izero, cvt (int32 -> float), bcast4 (4 activation bytes to every lane), load_qw<WType>(group, j)
 // (the 4 k-steps of W rows of a weight group: Q8 as int8, Q4 as its unsigned nibbles), abs8, dot_q8(acc, |w|, w, x)
 // and dot_q4(acc, w, x) (exact integer dot products of 4 k-steps into the lane), finish_q4 (to int32 lanes).
 //
@@ -98,7 +98,7 @@ inline void qmatmul_tile(const QRows& x, int kp, const void* w, int p, float* y,
       I wv[J], wa[J];
 #pragma GCC unroll 16
       for (int j = 0; j < J; j++) {
-        wv[j] = V::template load_qw<T>(blk[j / RP] + kPanel * 2 + g * qgroup_bytes(T), j % RP);
+        wv[j] = V::template load_qw<T>(blk[j / RP] + qheader_bytes(T) + g * qgroup_bytes(T), j % RP);
         if constexpr (T == WType::Q8) wa[j] = V::abs8(wv[j]);
       }
 #pragma GCC unroll 16
@@ -111,19 +111,25 @@ inline void qmatmul_tile(const QRows& x, int kp, const void* w, int p, float* y,
         }
       }
     }
-    R dw[J];
+    R dw[J], mw[J];
 #pragma GCC unroll 16
-    for (int j = 0; j < J; j++) dw[j] = V::load_f16(reinterpret_cast<const uint16_t*>(blk[j / RP]) + (j % RP) * V::W);
+    for (int j = 0; j < J; j++) {
+      const uint16_t* header = reinterpret_cast<const uint16_t*>(blk[j / RP]) + (j % RP) * V::W;
+      dw[j] = V::load_f16(header);
+      if constexpr (T == WType::Q4) mw[j] = V::load_f16(header + kPanel);
+    }
 #pragma GCC unroll 16
     for (int t = 0; t < TB; t++) {
       const size_t xi = size_t(t) * nb + b;
       const R dx = V::set1(x.d[xi]);
-      const I offset = V::iset1(8 * x.sum[xi]);  // Q4 nibbles are q + 8
+      const R xsum = V::set1(x.d[xi] * float(x.sum[xi]));  // the min's term: min * dx * sum(qx)
 #pragma GCC unroll 16
       for (int j = 0; j < J; j++) {
         I d = dot[t][j];
-        if constexpr (T == WType::Q4) d = V::isub(V::finish_q4(d), offset);
-        V::store(&accm[t][j * V::W], V::fma(V::mul(dw[j], dx), V::cvt(d), V::load(&accm[t][j * V::W])));
+        if constexpr (T == WType::Q4) d = V::finish_q4(d);
+        R a = V::fma(V::mul(dw[j], dx), V::cvt(d), V::load(&accm[t][j * V::W]));
+        if constexpr (T == WType::Q4) a = V::fma(mw[j], xsum, a);
+        V::store(&accm[t][j * V::W], a);
       }
     }
     asm volatile("" ::: "memory");  // keep accm in memory across blocks
