@@ -66,13 +66,12 @@ def weights(model):
         yield "lm_head", model.lm_head.weight, None
     yield "norm", _norm(m.norm), None
     for i, layer in enumerate(m.layers):
-        a, mlp = layer.self_attn, layer.mlp
+        a = layer.self_attn
         p = f"layers.{i}."
         for name, norm in (("attn_norm", layer.input_layernorm), ("post_attn_norm", layer.post_attention_layernorm),
                            ("mlp_norm", layer.pre_feedforward_layernorm),
                            ("post_mlp_norm", layer.post_feedforward_layernorm), ("q_norm", a.q_norm),
                            ("k_norm", a.k_norm)):
             yield p + name, _norm(norm), None
-        for name, lin in (("q", a.q_proj), ("k", a.k_proj), ("v", a.v_proj), ("o", a.o_proj),
-                          ("gate", mlp.gate_proj), ("up", mlp.up_proj), ("down", mlp.down_proj)):
-            yield p + name, lin.weight, llama._bias(lin)
+        for name, w, bias in llama.layer_matrices(model, layer):
+            yield p + name, w, bias

@@ -116,17 +116,24 @@ def _bias(linear):
     return None if linear.bias is None else linear.bias.detach().float()
 
 
-def weights(model):
+def layer_matrices(model, layer):
+    """(name, weight, bias) of a layer's seven matrices, for the Llama layout."""
+    a, mlp = layer.self_attn, layer.mlp
+    for name, lin in (("q", a.q_proj), ("k", a.k_proj), ("v", a.v_proj), ("o", a.o_proj),
+                      ("gate", mlp.gate_proj), ("up", mlp.up_proj), ("down", mlp.down_proj)):
+        yield name, lin.weight, _bias(lin)
+
+
+def weights(model, matrices=layer_matrices):
+    """Embedding, lm_head (untied), final norm, and per layer its two norms and `matrices(model, layer)`."""
     m = model.model
     yield "embed", m.embed_tokens.weight, None
     if not tied(model):
         yield "lm_head", model.lm_head.weight, None
     yield "norm", m.norm.weight, None
     for i, layer in enumerate(m.layers):
-        a, mlp = layer.self_attn, layer.mlp
         p = f"layers.{i}."
         yield p + "attn_norm", layer.input_layernorm.weight, None
         yield p + "mlp_norm", layer.post_attention_layernorm.weight, None
-        for name, lin in (("q", a.q_proj), ("k", a.k_proj), ("v", a.v_proj), ("o", a.o_proj),
-                          ("gate", mlp.gate_proj), ("up", mlp.up_proj), ("down", mlp.down_proj)):
-            yield p + name, lin.weight, _bias(lin)
+        for name, w, bias in matrices(model, layer):
+            yield p + name, w, bias

@@ -8,26 +8,19 @@ from kwker.families import llama
 from kwker.families.llama import native_config, rope_tables, unsupported  # noqa: F401  (the family's interface)
 
 
-def weights(model):
+def fused_matrices(model, layer):
     c = model.config
-    m = model.model
     hd = llama.head_dim(c)
     qd, kvd = c.num_attention_heads * hd, c.num_key_value_heads * hd
-    yield "embed", m.embed_tokens.weight, None
-    if not llama.tied(model):
-        yield "lm_head", model.lm_head.weight, None
-    yield "norm", m.norm.weight, None
-    for i, layer in enumerate(m.layers):
-        a, mlp = layer.self_attn, layer.mlp
-        p = f"layers.{i}."
-        yield p + "attn_norm", layer.input_layernorm.weight, None
-        yield p + "mlp_norm", layer.post_attention_layernorm.weight, None
-        qkv = a.qkv_proj.weight
-        yield p + "q", qkv[:qd], None
-        yield p + "k", qkv[qd:qd + kvd], None
-        yield p + "v", qkv[qd + kvd:], None
-        yield p + "o", a.o_proj.weight, None
-        gate_up = mlp.gate_up_proj.weight
-        yield p + "gate", gate_up[:c.intermediate_size], None
-        yield p + "up", gate_up[c.intermediate_size:], None
-        yield p + "down", mlp.down_proj.weight, None
+    qkv, gate_up = layer.self_attn.qkv_proj.weight, layer.mlp.gate_up_proj.weight
+    yield "q", qkv[:qd], None
+    yield "k", qkv[qd:qd + kvd], None
+    yield "v", qkv[qd + kvd:], None
+    yield "o", layer.self_attn.o_proj.weight, None
+    yield "gate", gate_up[:c.intermediate_size], None
+    yield "up", gate_up[c.intermediate_size:], None
+    yield "down", layer.mlp.down_proj.weight, None
+
+
+def weights(model):
+    return llama.weights(model, matrices=fused_matrices)

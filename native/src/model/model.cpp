@@ -183,8 +183,18 @@ void Model::rmsnorm_rows(const float* x, const float* w, float* out, int t0, int
   }
 }
 
-void Model::add_normed_rows(float* x, float* y, const Buffer& w, int t0, int t1) const {
-  rmsnorm_rows(y, w.as<float>(), y, t0, t1);
+void Model::add_residual(const Matrix& m, const float* in, int ldin, const Buffer& post_norm, int T, int t0, int t1,
+                         int tid) {
+  float* x = x_.as<float>();
+  if (!cfg_.post_norms) {  // accumulated straight into the residual stream by the matmul's epilogue
+    matmul_part(m, in, T, ldin, x, ep_, true, tid);
+    pool_.barrier();
+    return;
+  }
+  float* y = xn_.as<float>();  // free here: the layer's normalized input has been consumed
+  matmul_part(m, in, T, ldin, y, ep_, false, tid);
+  pool_.barrier();
+  rmsnorm_rows(y, post_norm.as<float>(), y, t0, t1);
   for (int t = t0; t < t1; t++)
     for (int i = 0; i < cfg_.n_embd; i++) x[size_t(t) * ep_ + i] += y[size_t(t) * ep_ + i];
 }
@@ -299,14 +309,7 @@ void Model::step(const int32_t* tokens, const int32_t* slots, const int32_t* pos
         quantize_for(L.wo, att_.as<float>(), qp_, t0, t1);
         pool_.barrier();
       }
-      if (c.post_norms) {  // the output is normalized before the residual add
-        matmul_part(L.wo, att_.as<float>(), T, qp_, xn, ep_, false, tid);
-        pool_.barrier();
-        add_normed_rows(x, xn, L.post_attn_norm, t0, t1);
-      } else {
-        matmul_part(L.wo, att_.as<float>(), T, qp_, x, ep_, true, tid);
-        pool_.barrier();
-      }
+      add_residual(L.wo, att_.as<float>(), qp_, L.post_attn_norm, T, t0, t1, tid);
 
       rmsnorm_rows(x, L.mlp_norm.as<float>(), xn, t0, t1);
       quantize_for(L.wgate, xn, ep_, t0, t1);  // gate and up share the quantized rows
@@ -319,14 +322,7 @@ void Model::step(const int32_t* tokens, const int32_t* slots, const int32_t* pos
                                gate_.as<float>() + size_t(t) * fp_, fp_);
       quantize_for(L.wdown, gate_.as<float>(), fp_, t0, t1);
       pool_.barrier();
-      if (c.post_norms) {
-        matmul_part(L.wdown, gate_.as<float>(), T, fp_, xn, ep_, false, tid);
-        pool_.barrier();
-        add_normed_rows(x, xn, L.post_mlp_norm, t0, t1);
-      } else {
-        matmul_part(L.wdown, gate_.as<float>(), T, fp_, x, ep_, true, tid);
-        pool_.barrier();
-      }
+      add_residual(L.wdown, gate_.as<float>(), fp_, L.post_mlp_norm, T, t0, t1, tid);
     }
     if (c.post_norms) pool_.barrier();  // the last layer's rows were finished per thread
 

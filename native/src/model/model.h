@@ -79,8 +79,10 @@ class Model {
 
  private:
   void rmsnorm_rows(const float* x, const float* w, float* out, int t0, int t1) const;
-  // x[t] += RMSNorm(y[t]) * w for rows [t0, t1) (y is normalized in place): a post norm before the residual add.
-  void add_normed_rows(float* x, float* y, const Buffer& w, int t0, int t1) const;
+  // The residual add of a block's output projection: x += in m^T, or with post norms x += RMSNorm(in m^T) * w.
+  // Ends with the threads' rows of x complete (post norms: only this thread's rows [t0, t1)).
+  void add_residual(const Matrix& m, const float* in, int ldin, const Buffer& post_norm, int T, int t0, int t1,
+                    int tid);
   void rope_and_cache(int layer, const int32_t* slots, const int32_t* positions, int t0, int t1);
   float* cache_head(Buffer& cache, int slot, int layer, int kv_head) const;  // K: panels; V: [pos][hdp]
   // Quantizes rows [t0, t1) of x (row length kp) into qx_ when `m` takes quantized activations.
