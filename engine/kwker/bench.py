@@ -320,6 +320,7 @@ def run_speculative(model_spec=None, precision=None, threads=None, draft_spec=No
         modes["draft"] = dict(lookup=0, draft=draft)
         modes["lookup+draft"] = dict(lookup=8, draft=draft)
     report = {"model": model_spec or DEFAULT_MODEL, "precision": dec.precision, "threads": threads, "tasks": {}}
+    llama = None if draft_spec else _llama_lookup_peer(model_spec, precision, threads, out)
     if draft_spec:
         out(f"draft {draft_spec} at {draft.precision}")
         report["draft"] = {"model": draft_spec, "precision": draft.precision}
@@ -358,4 +359,53 @@ def run_speculative(model_spec=None, precision=None, threads=None, draft_spec=No
             hf.append(time.perf_counter() - t0)
         out(f"| {task} | transformers prompt lookup | {hf[0] / hf[1]:.2f}x its own plain decoding |")
         report["tasks"][task]["transformers_lookup_speedup"] = hf[0] / hf[1]
+        if llama is not None:
+            ratio, same = llama.lookup_speedup(ids[0].tolist(), max_new_tokens, repeats)
+            out(f"| {task} | llama.cpp prompt lookup ({llama.fmt}) | {ratio:.2f}x its own plain decoding"
+                f"{'' if same else ', and a different text than its plain decoding'} |")
+            report["tasks"][task]["llama_cpp_lookup"] = {"speedup": ratio, "same_text_as_plain": same}
     return report
+
+
+class LlamaCppLookup:
+    """llama.cpp's own prompt-lookup decoding (llama-cpp-python's LlamaPromptLookupDecoding) beside its plain
+    decoding, greedy, on the GGUF of the same weights in the format matching kwker's precision."""
+
+    def __init__(self, gguf_path, fmt, threads, n_ctx=1024):
+        from llama_cpp import Llama
+        from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
+
+        self.fmt = fmt
+        args = dict(model_path=str(gguf_path), n_ctx=n_ctx, n_threads=threads, n_threads_batch=threads, verbose=False)
+        self.plain = Llama(**args)
+        self.lookup = Llama(**args, draft_model=LlamaPromptLookupDecoding(num_pred_tokens=10))
+
+    def lookup_speedup(self, prompt: list[int], n: int, repeats: int) -> tuple[float, bool]:
+        """(speedup of its lookup over its plain decoding, whether both gave the same text: llama.cpp's verify
+        batch is not guaranteed to reproduce its one-token steps, unlike kwker's)."""
+        times = {"plain": [], "lookup": []}
+        outputs = {}
+        for _ in range(repeats):
+            for mode, llm in (("plain", self.plain), ("lookup", self.lookup)):
+                llm.reset()
+                t0 = time.perf_counter()
+                out = llm.create_completion(prompt, max_tokens=n, temperature=0.0, top_k=1)
+                times[mode].append(time.perf_counter() - t0)
+                outputs[mode] = out["choices"][0]["text"]
+        return statistics.median(times["plain"]) / statistics.median(times["lookup"]), \
+            outputs["plain"] == outputs["lookup"]
+
+
+def _llama_lookup_peer(model_spec, precision, threads, out):
+    from kwker.models.gguf_tools import requantize
+    from kwker.models.loader import source_gguf
+
+    src = source_gguf(model_spec)
+    if src is None:
+        return None
+    fmt = GGUF_FORMATS[precision][0]
+    try:
+        return LlamaCppLookup(requantize(src, src.with_name(f"{src.stem}.{fmt}.gguf"), fmt), fmt, threads)
+    except ImportError:
+        out("llama.cpp: llama-cpp-python is not installed (pip install 'kwker[bench]'): its prompt lookup skipped")
+        return None
