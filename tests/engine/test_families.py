@@ -123,7 +123,7 @@ def test_logits_and_greedy_match_transformers(name):
     assert torch.equal(ours, theirs)
 
 
-@pytest.mark.parametrize("name", ["gemma3", "phi3-partial-rotary", "mistral-window"])
+@pytest.mark.parametrize("name", ["qwen2-window", "qwen3", "gemma3", "phi3-partial-rotary", "mistral-window"])
 @pytest.mark.parametrize("precision", [None, "bf16", "int4"])
 def test_batch_invariance_in_every_family(name, precision):
     """1-token steps, k-token steps and prefill give the same bits, windows and post norms included."""
@@ -138,12 +138,17 @@ def test_batch_invariance_in_every_family(name, precision):
     assert torch.equal(dec.forward(seq[-1:], start=len(seq) - 1), whole[-1:])
 
 
-@pytest.mark.parametrize("precision,tolerance", [("bf16", 3e-2), ("balanced", 6e-2)])
-def test_gemma3_quantized_logits_stay_close(precision, tolerance):
-    model = gemma3()
+@pytest.mark.parametrize("name", ["qwen2", "qwen3", "gemma3", "phi3", "mistral-window"])
+@pytest.mark.parametrize("precision,tolerance", [("bf16", 0.01), ("balanced", 0.06), ("int4", 0.4)])
+def test_converted_precisions_stay_close(name, precision, tolerance):
+    """Stated tolerance per precision: relative RMS error of all 70 positions' logits against transformers' fp32
+    (random Gaussian weights widened 3x have no structure for 4 bits to keep: int4 measures 0.14-0.32 here; the
+    real-model quality bounds are in test_quality.py)."""
+    model = MODELS[name]()
     with torch.no_grad():
         ref = model(LONG).logits[0]
-    assert relative_error(KwkDecoder(model, max_cache_len=96, precision=precision).forward(LONG), ref) < tolerance
+    out = KwkDecoder(model, max_cache_len=96, precision=precision).forward(LONG)
+    assert float((out - ref).norm() / ref.norm()) < tolerance
 
 
 def test_variants_the_native_step_cannot_run_say_why():
