@@ -7,6 +7,7 @@ saved as it arrives and drawn at most once per frame."""
 from __future__ import annotations
 
 import html
+import time
 from pathlib import Path
 
 from PySide6.QtCore import Qt, QThread, QTimer, QUrl, Signal
@@ -25,6 +26,8 @@ from kwker.app.views.stats_panel import StatsPanel
 from kwker.app.worker import GenerationWorker
 
 FRAME_MS = 33  # the streamed answer is redrawn at most this often
+REDRAW_SHARE = 0.05  # ...and less often when a redraw is slow: at most this share of the GUI thread's time, so that
+# redrawing a long conversation does not take CPU from the decoder's threads (they use every core)
 
 
 class ChatInput(QPlainTextEdit):
@@ -434,10 +437,13 @@ class MainWindow(QMainWindow):
         self.code_blocks = blocks
         bar = self.view.verticalScrollBar()
         at_bottom = bar.value() >= bar.maximum() - 4
+        started = time.perf_counter()
         self.view.document().setDefaultStyleSheet(theme.chat_css(self.colors))
         self.view.setHtml(f"<html><body>{body}</body></html>")
         if at_bottom:
             bar.setValue(bar.maximum())
+        spent_ms = (time.perf_counter() - started) * 1000
+        self.frame.setInterval(max(FRAME_MS, round(spent_ms / REDRAW_SHARE)))
 
     def _on_link(self, url: QUrl):
         kind, _, arg = url.toString().partition(":")

@@ -126,6 +126,29 @@ def test_ui_thread_never_blocks_for_50_ms_while_streaming(qtbot, data_dir):
     assert max(gaps) < 0.050, f"the UI thread was blocked for {max(gaps) * 1000:.0f} ms"
 
 
+def test_slow_redraws_are_spaced_out(qtbot, data_dir, monkeypatch):
+    """A redraw that takes 10 ms is followed by >= 190 ms without one (at most 5% of the GUI thread): the decoder's
+    threads keep the cores while a long conversation streams."""
+    from kwker.app.views import main_window
+
+    win = open_window(qtbot)
+    original = win.view.setHtml
+
+    def slow_set_html(text):
+        time.sleep(0.010)
+        original(text)
+
+    monkeypatch.setattr(win.view, "setHtml", slow_set_html)
+    win._dirty = True
+    win._draw_frame()
+    slow = win.frame.interval()
+    assert slow >= 0.010 * 1000 / main_window.REDRAW_SHARE * 0.95
+    monkeypatch.setattr(win.view, "setHtml", original)
+    win._dirty = True
+    win._draw_frame()
+    assert main_window.FRAME_MS <= win.frame.interval() < slow / 2  # fast again: back towards the full frame rate
+
+
 def test_switching_conversation_and_model_while_generating(qtbot, data_dir):
     win = open_window(qtbot, {"max_new_tokens": 300})
     win.send("Write a long story about a lighthouse keeper.")
