@@ -9,6 +9,7 @@ depend on lookup or drafts.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import torch
@@ -54,8 +55,7 @@ class SamplingParams:
         if self.repetition_penalty is not None and self.repetition_penalty != 1.0:
             procs.append(RepetitionPenaltyLogitsProcessor(self.repetition_penalty))
         if self.min_new_tokens > 0 and self.eos_token_ids:
-            procs.append(MinNewTokensLengthLogitsProcessor(prompt_len, self.min_new_tokens,
-                                                           torch.tensor(self.eos_token_ids)))
+            procs.append(MinNewTokens(prompt_len, self.min_new_tokens, torch.tensor(self.eos_token_ids)))
         if self.do_sample:
             if self.temperature is not None and self.temperature != 1.0:
                 procs.append(TemperatureLogitsWarper(self.temperature))
@@ -66,6 +66,19 @@ class SamplingParams:
             if self.min_p is not None:
                 procs.append(MinPLogitsWarper(min_p=self.min_p))
         return procs
+
+
+class MinNewTokens(MinNewTokensLengthLogitsProcessor):
+    """transformers' rule (eos tokens at -inf until min_new_tokens are out), writing the few eos entries instead of
+    building a vocabulary-sized mask every token (0.4 ms per token on a 49k vocabulary, more than a small model's
+    whole step costs in Python), and touching nothing once the minimum is reached."""
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        if input_ids.shape[-1] - self.prompt_length_to_skip >= self.min_new_tokens:
+            return scores
+        out = scores.clone()
+        out[:, self.eos_token_id[(self.eos_token_id >= 0) & (self.eos_token_id < scores.shape[-1])]] = -math.inf
+        return out
 
 
 class TopP(TopPLogitsWarper):

@@ -110,3 +110,18 @@ def test_top_p_keeps_transformers_set():
                     above = probs[probs > probs[diff[0]]].sum()
                     assert abs(float(above) - top_p) < 1e-5
     assert differ <= 3
+
+
+def test_min_new_tokens_processor_matches_transformers():
+    """Our MinNewTokens writes only the eos entries; transformers' builds a vocabulary mask: same scores."""
+    from transformers.generation.logits_process import MinNewTokensLengthLogitsProcessor
+
+    from kwker.sampling import MinNewTokens
+
+    eos = torch.tensor([3, 7, 2000])  # one id outside this vocabulary
+    ours, theirs = MinNewTokens(5, 4, eos), MinNewTokensLengthLogitsProcessor(5, 4, eos)
+    scores = torch.randn(1, 1000)
+    for length in (5, 7, 8, 9, 20):  # 0, 2, 3 new tokens: eos suppressed; 4, 15: left alone
+        ids = torch.zeros(1, length, dtype=torch.long)
+        assert torch.equal(ours(ids, scores), theirs(ids, scores)), length
+    assert ours(torch.zeros(1, 5, dtype=torch.long), scores)[0, 3] == -float("inf")
