@@ -170,17 +170,21 @@ float* Model::cache_head(Buffer& cache, int slot, int layer, int kv_head) const 
   return cache.as<float>() + head * pad_to(max_cache_, kPanel) * hdp_;
 }
 
-// out[t] = x[t] * rsqrt(mean(x[t]^2) + eps) * w, as transformers' RMSNorm computes it in float32.
+namespace {
+
+// out = x * rsqrt(mean(x^2) + eps) * w over n values (out may be x), as transformers' RMSNorm computes it in
+// float32: the rows of the residual stream and, with q/k norms, each attention head.
+void rmsnorm(const float* x, const float* w, float* out, int n, float eps) {
+  double ss = 0.0;
+  for (int i = 0; i < n; i++) ss += double(x[i]) * x[i];
+  const float inv = 1.0f / std::sqrt(float(ss / n) + eps);
+  for (int i = 0; i < n; i++) out[i] = w[i] * (x[i] * inv);
+}
+
+}  // namespace
+
 void Model::rmsnorm_rows(const float* x, const float* w, float* out, int t0, int t1) const {
-  const int n = cfg_.n_embd;
-  for (int t = t0; t < t1; t++) {
-    const float* xr = x + size_t(t) * ep_;
-    float* o = out + size_t(t) * ep_;
-    double ss = 0.0;
-    for (int i = 0; i < n; i++) ss += double(xr[i]) * xr[i];
-    const float inv = 1.0f / std::sqrt(float(ss / n) + cfg_.norm_eps);
-    for (int i = 0; i < n; i++) o[i] = w[i] * (xr[i] * inv);
-  }
+  for (int t = t0; t < t1; t++) rmsnorm(x + size_t(t) * ep_, w, out + size_t(t) * ep_, cfg_.n_embd, cfg_.norm_eps);
 }
 
 void Model::add_residual(const Matrix& m, const float* in, int ldin, const Buffer& post_norm, int T, int t0, int t1,
@@ -214,10 +218,7 @@ void Model::rope_and_cache(int layer, const int32_t* slots, const int32_t* posit
     float normed[kMaxHeadDim];
     auto rotate = [&](const float* in, float* out, int stride, const Buffer& norm) {
       if (norm.size()) {
-        double ss = 0.0;
-        for (int i = 0; i < hd; i++) ss += double(in[i]) * in[i];
-        const float inv = 1.0f / std::sqrt(float(ss / hd) + cfg_.norm_eps);
-        for (int i = 0; i < hd; i++) normed[i] = norm.as<float>()[i] * (in[i] * inv);
+        rmsnorm(in, norm.as<float>(), normed, hd, cfg_.norm_eps);
         in = normed;
       }
       for (int i = 0; i < half; i++) {
