@@ -55,23 +55,19 @@ def rope_tables(model, max_cache_len: int) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.stack([c for c, _ in tables]), torch.stack([s for _, s in tables])
 
 
-def _norm(module):
+def norm_weight(module):
     return 1.0 + module.weight.detach().float()  # Gemma's RMSNorm scales by (1 + w), computed in float32
 
 
+def layer_norms(layer):
+    """Gemma's four norms around attention and MLP, and the q/k head norms."""
+    yield "attn_norm", layer.input_layernorm
+    yield "post_attn_norm", layer.post_attention_layernorm
+    yield "mlp_norm", layer.pre_feedforward_layernorm
+    yield "post_mlp_norm", layer.post_feedforward_layernorm
+    yield "q_norm", layer.self_attn.q_norm
+    yield "k_norm", layer.self_attn.k_norm
+
+
 def weights(model):
-    m = model.model
-    yield "embed", m.embed_tokens.weight, None
-    if not llama.tied(model):
-        yield "lm_head", model.lm_head.weight, None
-    yield "norm", _norm(m.norm), None
-    for i, layer in enumerate(m.layers):
-        a = layer.self_attn
-        p = f"layers.{i}."
-        for name, norm in (("attn_norm", layer.input_layernorm), ("post_attn_norm", layer.post_attention_layernorm),
-                           ("mlp_norm", layer.pre_feedforward_layernorm),
-                           ("post_mlp_norm", layer.post_feedforward_layernorm), ("q_norm", a.q_norm),
-                           ("k_norm", a.k_norm)):
-            yield p + name, _norm(norm), None
-        for name, w, bias in llama.layer_matrices(model, layer):
-            yield p + name, w, bias
+    return llama.weights(model, norms=layer_norms, norm_weight=norm_weight)

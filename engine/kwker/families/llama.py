@@ -124,16 +124,27 @@ def layer_matrices(model, layer):
         yield name, lin.weight, _bias(lin)
 
 
-def weights(model, matrices=layer_matrices):
-    """Embedding, lm_head (untied), final norm, and per layer its two norms and `matrices(model, layer)`."""
+def layer_norms(layer):
+    """(name, norm module) of a layer's norms, for the Llama layout."""
+    yield "attn_norm", layer.input_layernorm
+    yield "mlp_norm", layer.post_attention_layernorm
+
+
+def norm_weight(module):
+    return module.weight
+
+
+def weights(model, matrices=layer_matrices, norms=layer_norms, norm_weight=norm_weight):
+    """Embedding, lm_head (untied), the final norm, and per layer `norms(layer)` and `matrices(model, layer)`; a
+    norm module's weight as the native step takes it is `norm_weight(module)`."""
     m = model.model
     yield "embed", m.embed_tokens.weight, None
     if not tied(model):
         yield "lm_head", model.lm_head.weight, None
-    yield "norm", m.norm.weight, None
+    yield "norm", norm_weight(m.norm), None
     for i, layer in enumerate(m.layers):
         p = f"layers.{i}."
-        yield p + "attn_norm", layer.input_layernorm.weight, None
-        yield p + "mlp_norm", layer.post_attention_layernorm.weight, None
+        for name, module in norms(layer):
+            yield p + name, norm_weight(module), None
         for name, w, bias in matrices(model, layer):
             yield p + name, w, bias

@@ -11,8 +11,11 @@ def native_config(model) -> dict:
     return {**llama.native_config(model), "qk_norm": True}
 
 
+def layer_norms(layer):
+    yield from llama.layer_norms(layer)
+    yield "q_norm", layer.self_attn.q_norm
+    yield "k_norm", layer.self_attn.k_norm
+
+
 def weights(model):
-    yield from llama.weights(model)
-    for i, layer in enumerate(model.model.layers):
-        yield f"layers.{i}.q_norm", layer.self_attn.q_norm.weight, None
-        yield f"layers.{i}.k_norm", layer.self_attn.k_norm.weight, None
+    return llama.weights(model, norms=layer_norms)
