@@ -162,7 +162,6 @@ def current_rss_mb() -> float:
 def run(model_spec=None, precision=None, threads=None, repeats=5, pp=512, tg=128, peers=(), json_path=None,
         out=print) -> dict:
     from kwker.decode import default_threads
-    from kwker.models.gguf_tools import requantize
     from kwker.models.loader import DEFAULT_MODEL, load_model, source_gguf
 
     threads = threads or default_threads()
@@ -186,7 +185,7 @@ def run(model_spec=None, precision=None, threads=None, repeats=5, pp=512, tg=128
                 out("llama.cpp: no GGUF of these weights to convert from: skipped")
                 continue
             for fmt in GGUF_FORMATS[precision]:
-                gguf_path = requantize(src, src.with_name(f"{src.stem}.{fmt}.gguf"), fmt)
+                gguf_path = peer_gguf(src, fmt)
                 try:
                     engines.append(LlamaCppEngine(gguf_path, threads, n_ctx, fmt))
                 except ImportError:
@@ -396,16 +395,23 @@ class LlamaCppLookup:
             outputs["plain"] == outputs["lookup"]
 
 
-def _llama_lookup_peer(model_spec, precision, threads, out):
+def peer_gguf(src: Path, fmt: str) -> Path:
+    """The GGUF of the same weights in llama.cpp format fmt, written beside the source once."""
     from kwker.models.gguf_tools import requantize
+
+    return requantize(src, src.with_name(f"{src.stem}.{fmt}.gguf"), fmt)
+
+
+def _llama_lookup_peer(model_spec, precision, threads, out):
     from kwker.models.loader import source_gguf
 
     src = source_gguf(model_spec)
     if src is None:
         return None
     fmt = GGUF_FORMATS[precision][0]
+    gguf_path = peer_gguf(src, fmt)
     try:
-        return LlamaCppLookup(requantize(src, src.with_name(f"{src.stem}.{fmt}.gguf"), fmt), fmt, threads)
+        return LlamaCppLookup(gguf_path, fmt, threads)
     except ImportError:
         out("llama.cpp: llama-cpp-python is not installed (pip install 'kwker[bench]'): its prompt lookup skipped")
         return None
