@@ -50,8 +50,8 @@ def runner_unsupported(model, max_cache_len: int) -> str | None:
     family = family_for(model)
     if family is None:
         model_type = getattr(getattr(model, "config", None), "model_type", None)
-        return (f"model type {model_type!r} ({type(model).__name__}) is not supported natively; supported: "
-                f"{', '.join(supported_model_types())}")
+        return (f"model type {model_type!r} ({type(model).__name__}) is not supported natively (supported: "
+                f"{', '.join(supported_model_types())}); kwker.compiled.Decoder runs any causal LM")
     return family.unsupported(model, max_cache_len)
 
 
