@@ -146,8 +146,16 @@ def machine_limits(threads: int) -> dict:
         "read_gb_s_1_thread": _native.measure_read_bandwidth(512 << 20, 1, 4),
         f"read_gb_s_{threads}_threads": _native.measure_read_bandwidth(512 << 20, threads, 4),
         f"fma_gflops_{threads}_threads": _native.measure_fma_peak(threads),
+        f"int8_gmacs_{threads}_threads": _native.measure_int8_peak(threads),
         "isa": _native.isa_best(),
     }
+
+
+def prefill_macs_per_token(model) -> int:
+    """Multiply-accumulates of one prompt token in the layers' matrices (embeddings and lm_head excluded: prefill
+    computes logits for the last token only)."""
+    skip = {id(model.get_input_embeddings().weight), id(model.get_output_embeddings().weight)}
+    return sum(p.numel() for p in model.parameters() if p.dim() == 2 and id(p) not in skip)
 
 
 def peak_rss_mb() -> float:
@@ -168,7 +176,8 @@ def run(model_spec=None, precision=None, threads=None, repeats=5, pp=512, tg=128
     limits = machine_limits(threads)
     bw = limits[f"read_gb_s_{threads}_threads"]
     out(f"machine: {limits['isa']}, read {limits['read_gb_s_1_thread']:.1f} GB/s (1 thread), {bw:.1f} GB/s "
-        f"({threads} threads), fp32 FMA peak {limits[f'fma_gflops_{threads}_threads']:.0f} GFLOP/s")
+        f"({threads} threads), fp32 FMA peak {limits[f'fma_gflops_{threads}_threads']:.0f} GFLOP/s, int8 peak "
+        f"{limits[f'int8_gmacs_{threads}_threads']:.0f} GMAC/s")
     model, _ = load_model(model_spec, dtype=torch.float32)
     name = model_spec or DEFAULT_MODEL
     n_ctx = pp + tg + 32
@@ -210,15 +219,25 @@ def run(model_spec=None, precision=None, threads=None, repeats=5, pp=512, tg=128
             results[(e.name, f"tg{tg}")].values.append(e.tg(tg_prompt, tg))
         gc.collect()
 
+    # Prefill's ceiling: the multiply-accumulates of the layers' matrices per token at the compute peak of the
+    # precision's kernels (int8 dot products for the quantized formats, float32 FMAs otherwise).
+    macs = prefill_macs_per_token(model)
+    quantized = precision in ("balanced", "int4")
+    peak = limits[f"int8_gmacs_{threads}_threads"] if quantized else limits[f"fma_gflops_{threads}_threads"] / 2
     out("| engine | test | tokens/s mean ± sd | median | GB/s | of roofline |")
     out("|---|---|---|---|---|---|")
     rows = []
     for r in results.values():
-        gbs = r.median * r.bytes_per_token / 1e9 if r.test.startswith("tg") else None
-        gbs_text, roof = (f"{gbs:.1f}", f"{gbs / bw:.0%}") if gbs else ("", "")
+        if r.test.startswith("tg"):
+            gbs = r.median * r.bytes_per_token / 1e9
+            gbs_text, roof = f"{gbs:.1f}", f"{gbs / bw:.0%}"
+        else:  # prefill: GMAC/s and the fraction of the compute peak
+            gbs, gbs_text = None, f"{r.median * macs / 1e9:.0f} GMAC/s"
+            roof = f"{r.median * macs / 1e9 / peak:.0%} of {'int8' if quantized else 'fp32'} peak" if peak else ""
         out(f"| {r.engine} | {r.test} | {r.mean:.1f} ± {r.sd:.1f} | {r.median:.1f} | {gbs_text} | {roof} |")
         rows.append({"engine": r.engine, "test": r.test, "tokens_per_s": {"mean": r.mean, "sd": r.sd,
-                     "median": r.median, "values": r.values}, "gb_s": gbs})
+                     "median": r.median, "values": r.values}, "gb_s": gbs,
+                     "gmac_s": None if gbs else r.median * macs / 1e9})
     ratios = {}
     for e in engines[1:]:
         for t in (f"pp{pp}", f"tg{tg}"):

@@ -43,4 +43,11 @@ def test_bench_reports_kwker_and_transformers(smollm2, tmp_path):
     assert all(x["tokens_per_s"]["mean"] > 0 and len(x["tokens_per_s"]["values"]) == 2 for x in report["results"])
     assert set(report["ratios"]) == {"pp32 kwker/transformers", "tg8 kwker/transformers"}
     assert report["machine"]["read_gb_s_1_thread"] > 1
+    threads = report["threads"]
+    assert report["machine"][f"int8_gmacs_{threads}_threads"] > 1
+    # prefill is reported as compute: SmolLM2-135M's layer matrices (q, o: 576x576; k, v: 192x576; gate, up, down:
+    # 1536x576) times 30 layers are the multiply-accumulates of a prompt token
+    macs = 30 * (2 * 576 * 576 + 2 * 192 * 576 + 3 * 1536 * 576)
+    pp = next(x for x in report["results"] if (x["engine"], x["test"]) == ("kwker", "pp32"))
+    assert pp["gmac_s"] == pytest.approx(pp["tokens_per_s"]["median"] * macs / 1e9)
     assert "| kwker | tg8 |" in r.stdout

@@ -30,11 +30,11 @@ std::vector<float> pad_rows(const float* src, int rows, int cols, int stride) {
 struct QuantizedRows {
   std::vector<int8_t> q;
   std::vector<float> d;
-  std::vector<int32_t> sum;
-  QuantizedRows(const float* x, int m, int kp) : q(size_t(m) * kp), d(size_t(m) * kp / kQBlock), sum(d.size()) {
-    quantize_rows(x, m, kp, kp, q.data(), d.data(), sum.data());
+  std::vector<float> dsum;
+  QuantizedRows(const float* x, int m, int kp) : q(size_t(m) * kp), d(size_t(m) * kp / kQBlock), dsum(d.size()) {
+    quantize_rows(x, m, kp, kp, q.data(), d.data(), dsum.data());
   }
-  QRows view() const { return QRows{q.data(), d.data(), sum.data()}; }
+  QRows view() const { return QRows{q.data(), d.data(), dsum.data()}; }
 };
 
 // x: [m, k] float32; w: [n, k] float32 or uint16 (bf16 / f16 bits, by wtype).
@@ -188,6 +188,13 @@ void register_kernels(py::module_& m) {
         return measure_fma_peak(threads);
       },
       py::arg("threads"), "Best float32 FMA GFLOP/s (AVX2, 12 accumulators in registers).");
+  m.def(
+      "measure_int8_peak",
+      [](int threads) {
+        py::gil_scoped_release release;
+        return measure_int8_peak(threads);
+      },
+      py::arg("threads"), "Best int8 (u8 x s8) G multiply-accumulates/s: AVX2 vpmaddubsw or AVX-512 VNNI vpdpbusd.");
   m.def("kernel_matmul", &kernel_matmul, py::arg("isa"), py::arg("x"), py::arg("w"), py::arg("wtype"),
         py::arg("bias") = py::none());
   m.def("kernel_matmul_seconds", &kernel_matmul_seconds, py::arg("isa"), py::arg("m"), py::arg("n"), py::arg("k"),

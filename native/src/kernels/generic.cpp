@@ -242,7 +242,7 @@ float panel_value(const void* packed, WType t, int kp, int r, int c) {
   return float(q) * scale + min;
 }
 
-void quantize_rows(const float* x, int m, int ldx, int kp, int8_t* q, float* d, int32_t* sum) {
+void quantize_rows(const float* x, int m, int ldx, int kp, int8_t* q, float* d, float* dsum) {
   const int nb = kp / kQBlock;
   for (int t = 0; t < m; t++) {
     for (int b = 0; b < nb; b++) {
@@ -261,7 +261,7 @@ void quantize_rows(const float* x, int m, int ldx, int kp, int8_t* q, float* d, 
         s += qb[j];
       }
       d[size_t(t) * nb + b] = db;
-      sum[size_t(t) * nb + b] = s;
+      dsum[size_t(t) * nb + b] = db * float(s);
     }
   }
 }
@@ -297,7 +297,7 @@ void qmatmul_generic(const QRows& x, int m, const void* w, int kp, int p0, int p
           dot += panel_q(w, T, kp, n, b * kQBlock + j, &dw, &mw) * x.q[size_t(t) * kp + b * kQBlock + j];
         const float dx = x.d[size_t(t) * nb + b];
         s = std::fma(dw * dx, float(dot), s);
-        if (T == WType::Q4) s = std::fma(mw, dx * float(x.sum[size_t(t) * nb + b]), s);
+        if (T == WType::Q4) s = std::fma(mw, x.dsum[size_t(t) * nb + b], s);
       }
       if (bias) s += bias[n];
       float* out = y + size_t(t) * ldy + n;

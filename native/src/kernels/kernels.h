@@ -49,18 +49,19 @@ using MatmulFn = void (*)(const float* x, int m, int ldx, const void* w, int kp,
                           const float* bias, bool accumulate);
 
 // Activations for the quantized formats: each row quantized per block of kQBlock values to int8 with a float
-// scale (d = max|x| / 127, q = round-to-nearest-even(x / d)), and the block's sum of q. Rows of kp values:
-// q [m, kp], d and sum [m, kp / kQBlock]. The quantization of a row depends on that row alone.
+// scale (d = max|x| / 127, q = round-to-nearest-even(x / d)), and dsum = d * float(sum of the block's q) (the
+// factor of a Q4 block's min). Rows of kp values: q [m, kp], d and dsum [m, kp / kQBlock]. The quantization of a
+// row depends on that row alone.
 struct QRows {
   const int8_t* q;
   const float* d;
-  const int32_t* sum;
+  const float* dsum;
 };
-void quantize_rows(const float* x, int m, int ldx, int kp, int8_t* q, float* d, int32_t* sum);
+void quantize_rows(const float* x, int m, int ldx, int kp, int8_t* q, float* d, float* dsum);
 
 // The same product for Q8 and Q4 weights on quantized activations. Each output is
 //   acc = 0; for each block b in order: acc = fma(dw[n, b] * dx[t, b], float(sum_k qw * qx), acc)
-//                                       (Q4: then acc = fma(mw[n, b], dx[t, b] * float(sum_k qx), acc))
+//                                       (Q4: then acc = fma(mw[n, b], dsum[t, b], acc))
 // where the integer dot product of a block is exact; so, as for the float formats, a row's result does not
 // depend on the tile, the thread, the ISA, or the other rows of the call.
 using QMatmulFn = void (*)(const QRows& x, int m, const void* w, int kp, int p0, int p1, float* y, int ldy,

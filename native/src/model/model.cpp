@@ -62,7 +62,7 @@ Model::Model(const Config& cfg, int n_rope, const float* rope_cos, const float* 
   const size_t maxp = std::max({ep_, qp_, fp_});
   qx_ = Buffer(S * maxp);
   qd_ = Buffer(sizeof(float) * S * maxp / kQBlock);
-  qsum_ = Buffer(sizeof(int32_t) * S * maxp / kQBlock);
+  qdsum_ = Buffer(sizeof(float) * S * maxp / kQBlock);
   logits_ = Buffer(sizeof(float) * max_rows_ * pad_to(cfg.vocab));
   scores_ = Buffer(sizeof(float) * pool_.size() * kMaxAttendHeads * pad_to(max_cache_len));
   head_out_ = Buffer(sizeof(float) * pool_.size() * kMaxAttendHeads * hdp_);
@@ -245,7 +245,7 @@ void Model::quantize_for(const Matrix& m, const float* x, int ldx, int t0, int t
   if (!wtype_quantized(m.type) || t0 >= t1) return;
   const size_t nb = m.kp / kQBlock;
   quantize_rows(x + size_t(t0) * ldx, t1 - t0, ldx, m.kp, qx_.as<int8_t>() + size_t(t0) * m.kp,
-                qd_.as<float>() + t0 * nb, qsum_.as<int32_t>() + t0 * nb);
+                qd_.as<float>() + t0 * nb, qdsum_.as<float>() + t0 * nb);
 }
 
 void Model::matmul_part(const Matrix& m, const float* x, int rows, int ldx, float* y, int ldy, bool accumulate,
@@ -253,7 +253,7 @@ void Model::matmul_part(const Matrix& m, const float* x, int rows, int ldx, floa
   auto [p0, p1] = pool_.split(pad_to(m.n, kPanel) / kPanel, tid);
   if (p0 >= p1) return;
   if (wtype_quantized(m.type)) {
-    const QRows q{qx_.as<int8_t>(), qd_.as<float>(), qsum_.as<int32_t>()};
+    const QRows q{qx_.as<int8_t>(), qd_.as<float>(), qdsum_.as<float>()};
     kern_->qmatmul[int(m.type) - int(WType::Q8)](q, rows, m.data.as<void>(), m.kp, p0, p1, y, ldy, m.bias_ptr(),
                                                  accumulate);
   } else {

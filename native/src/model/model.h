@@ -105,7 +105,7 @@ class Model {
 
   // scratch, [max_step, stride]
   Buffer x_, xn_, q_, k_, v_, qh_, att_, gate_, up_;
-  Buffer qx_, qd_, qsum_;  // quantized activations: [max_step, max kp] int8, [max_step, max kp / kQBlock] x2
+  Buffer qx_, qd_, qdsum_;  // quantized activations: [max_step, max kp] int8, [max_step, max kp / kQBlock] x2
   Buffer logits_;  // [max_out_rows, vocab_stride]
   Buffer scores_, head_out_;  // per thread: [kMaxAttendHeads][pad(max_cache)], [kMaxAttendHeads][hdp]
 };

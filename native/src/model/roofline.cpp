@@ -51,6 +51,46 @@ __attribute__((target("avx2,fma"))) float fma_loop_avx2(long iters) {
   return out[0];
 }
 
+// Integer multiply-accumulates of u8 x s8 as the quantized kernels do them, 12 independent accumulators: AVX2
+// vpmaddubsw + vpaddw (32 MACs per pair, int16 sums), AVX-512 VNNI vpdpbusd (64 MACs, int32 sums). Eight chains:
+// with more, GCC spills the AVX2 accumulators.
+constexpr int kIntChains = 8;
+
+__attribute__((target("avx2"))) int int8_loop_avx2(long iters) {
+  __m256i a[kIntChains];
+#pragma GCC unroll 16
+  for (int j = 0; j < kIntChains; j++) a[j] = _mm256_set1_epi16(short(j));
+  __m256i w = _mm256_set1_epi8(3), x = _mm256_set1_epi8(-1);
+  for (long i = 0; i < iters; i++) {
+#pragma GCC unroll 16
+    for (int j = 0; j < kIntChains; j++) {
+      asm("" : "+x"(x));  // an opaque input: every product is computed (not shared or hoisted)
+      a[j] = _mm256_add_epi16(a[j], _mm256_maddubs_epi16(w, x));
+      asm("" : "+x"(a[j]));
+    }
+  }
+  __m256i s = a[0];
+#pragma GCC unroll 16
+  for (int j = 1; j < kIntChains; j++) s = _mm256_add_epi16(s, a[j]);
+  return _mm256_extract_epi16(s, 0);
+}
+
+__attribute__((target("avx512f,avx512bw,avx512vnni"))) int int8_loop_avx512(long iters) {
+  __m512i a[kIntChains];
+#pragma GCC unroll 16
+  for (int j = 0; j < kIntChains; j++) a[j] = _mm512_set1_epi32(j);
+  __m512i w = _mm512_set1_epi8(3), x = _mm512_set1_epi8(-1);
+  for (long i = 0; i < iters; i++) {
+    asm("" : "+v"(w), "+v"(x));
+#pragma GCC unroll 16
+    for (int j = 0; j < kIntChains; j++) a[j] = _mm512_dpbusd_epi32(a[j], w, x);
+  }
+  __m512i s = a[0];
+#pragma GCC unroll 16
+  for (int j = 1; j < kIntChains; j++) s = _mm512_add_epi32(s, a[j]);
+  return _mm512_reduce_add_epi32(s);
+}
+
 }  // namespace
 
 double measure_read_bandwidth(size_t bytes, int n_threads, int repeats) {
@@ -85,6 +125,23 @@ double measure_fma_peak(int n_threads) {
     auto t0 = std::chrono::steady_clock::now();
     pool.run([&](int) { sink.store(fma_loop_avx2(iters), std::memory_order_relaxed); });
     best = std::max(best, double(n_threads) * iters * 12 * 8 * 2 / seconds_since(t0) / 1e9);
+  }
+  return best;
+}
+
+double measure_int8_peak(int n_threads) {
+  const bool avx512 = isa_supported("avx512");
+  if (!avx512 && !isa_supported("avx2")) return 0.0;
+  ThreadPool pool(n_threads);
+  const long iters = 10'000'000;
+  std::atomic<int> sink{0};
+  double best = 0;
+  for (int r = 0; r < 3; r++) {
+    auto t0 = std::chrono::steady_clock::now();
+    pool.run([&](int) {
+      sink.store(avx512 ? int8_loop_avx512(iters) : int8_loop_avx2(iters), std::memory_order_relaxed);
+    });
+    best = std::max(best, double(n_threads) * iters * kIntChains * (avx512 ? 64 : 32) / seconds_since(t0) / 1e9);
   }
   return best;
 }
