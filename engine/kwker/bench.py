@@ -14,6 +14,8 @@ import json
 import os
 import resource
 import statistics
+import subprocess
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -158,6 +160,31 @@ def prefill_macs_per_token(model) -> int:
     return sum(p.numel() for p in model.parameters() if p.dim() == 2 and id(p) not in skip)
 
 
+STEADY_RSS_CACHE = 2048  # the chat app's default context
+
+
+def steady_rss(model_spec=None, precision=None, threads=None, max_cache_len=STEADY_RSS_CACHE) -> dict:
+    """RSS in MB of a fresh process that does what the chat app does: import, load the model, pack it, let the
+    float model go, generate 32 tokens. `steady` is after that, `peak` the high-water mark (loading)."""
+    code = ("import json, sys; from kwker.bench import _steady_rss_child; "
+            "print(json.dumps(_steady_rss_child(*json.loads(sys.argv[1]))))")
+    args = json.dumps([model_spec, precision, threads, max_cache_len])
+    r = subprocess.run([sys.executable, "-c", code, args], capture_output=True, text=True, check=True)
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def _steady_rss_child(model_spec, precision, threads, max_cache_len) -> dict:
+    from kwker.decode import KwkDecoder
+    from kwker.models.loader import load_model
+
+    model, tokenizer = load_model(model_spec)
+    dec = KwkDecoder(model, max_cache_len=max_cache_len, precision=precision, threads=threads, tokenizer=tokenizer)
+    del model
+    gc.collect()
+    dec.generate(tokenizer("The capital of France is", return_tensors="pt").input_ids, max_new_tokens=32)
+    return {"steady": current_rss_mb(), "peak": peak_rss_mb(), "max_cache_len": max_cache_len}
+
+
 def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
@@ -244,11 +271,15 @@ def run(model_spec=None, precision=None, threads=None, repeats=5, pp=512, tg=128
             ratios[f"{t} kwker/{e.name}"] = results[("kwker", t)].median / results[(e.name, t)].median
     for k, v in ratios.items():
         out(f"{k}: {v:.2f}x (medians)")
+    alone = steady_rss(model_spec, precision, threads)
     report = {"model": name, "precision": precision or "model dtype", "threads": threads, "machine": limits,
               "roofline_tg_tokens_per_s": bw * 1e9 / engines[0].bytes_per_token, "results": rows, "ratios": ratios,
-              "rss_mb": {"peak": peak_rss_mb(), "now": current_rss_mb()}}
-    out(f"kwker generation roofline here: {report['roofline_tg_tokens_per_s']:.1f} tokens/s; "
-        f"RSS peak {report['rss_mb']['peak']:.0f} MB, now {report['rss_mb']['now']:.0f} MB")
+              "rss_mb": {"peak": peak_rss_mb(), "now": current_rss_mb(), "steady_alone": alone["steady"],
+                         "peak_alone": alone["peak"]}}
+    out(f"kwker generation roofline here: {report['roofline_tg_tokens_per_s']:.1f} tokens/s; this run's RSS peak "
+        f"{report['rss_mb']['peak']:.0f} MB, now {report['rss_mb']['now']:.0f} MB (float model and peers loaded)")
+    out(f"kwker alone (a fresh process: load, pack, float model freed, 32 tokens generated, max_cache_len "
+        f"{alone['max_cache_len']}): steady RSS {alone['steady']:.0f} MB, peak {alone['peak']:.0f} MB")
     if json_path:
         Path(json_path).write_text(json.dumps(report, indent=2))
     return report
