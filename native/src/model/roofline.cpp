@@ -121,7 +121,7 @@ double measure_fma_peak(int n_threads) {
   const long iters = 20'000'000;
   std::atomic<float> sink{0.f};
   double best = 0;
-  for (int r = 0; r < 3; r++) {
+  for (int r = 0; r < 5; r++) {  // best of 5: the machine may be shared
     auto t0 = std::chrono::steady_clock::now();
     pool.run([&](int) { sink.store(fma_loop_avx2(iters), std::memory_order_relaxed); });
     best = std::max(best, double(n_threads) * iters * 12 * 8 * 2 / seconds_since(t0) / 1e9);
@@ -136,7 +136,7 @@ double measure_int8_peak(int n_threads) {
   const long iters = 10'000'000;
   std::atomic<int> sink{0};
   double best = 0;
-  for (int r = 0; r < 3; r++) {
+  for (int r = 0; r < 5; r++) {  // best of 5: the machine may be shared
     auto t0 = std::chrono::steady_clock::now();
     pool.run([&](int) {
       sink.store(avx512 ? int8_loop_avx512(iters) : int8_loop_avx2(iters), std::memory_order_relaxed);
