@@ -83,19 +83,23 @@ class Speculator:
     Per source it keeps an estimate of the chance that the next proposed token is accepted (`a`, moving average);
     per number of fed tokens it keeps the measured step time. Proposing k tokens yields 1 + a + a^2 + ... + a^k
     tokens for the cost of a (k+1)-token step (plus k draft steps for the draft): it proposes the k with the best
-    ratio, and nothing when no k beats a plain step. The first steps of a generation are plain ones: they measure
-    the 1-token step that every other cost is relative to (without it a draft's cost would look free). While lookup
-    is not proposing it still checks, for free, whether its proposal would have been right, so it comes back when
-    the text starts repeating."""
+    ratio, and nothing when no k beats a plain step. Until the 1-token step that every other cost is relative to has
+    been measured, steps are plain (without it a draft's cost would look free). The step times can be shared by the
+    sequences a decoder runs one after another (`step_s`: they are the decoder's, not the text's), so that a
+    generation starts with the costs the previous ones measured instead of growing its proposals from one token.
+    While lookup is not proposing it still checks, for free, whether its proposal would have been right, so it
+    comes back when the text starts repeating."""
 
     PLAIN_WARMUP = 2  # plain steps measured before anything is proposed
 
     def __init__(self, lookup: LookupProposer | None, draft: DraftProposer | None, lookup_max: int = 8,
-                 draft_max: int = 8):
+                 draft_max: int = 8, step_s: dict[int, float] | None = None):
         self.lookup, self.draft = lookup, draft
         self.limit = {"lookup": lookup_max, "draft": draft_max}
         self.accept = {"lookup": 0.5, "draft": 0.6}  # prior chance that a proposed token is accepted
-        self.step_s: dict[int, float] = {}  # fed tokens -> moving average of the step time
+        # fed tokens -> moving average of the step time (shared with earlier sequences when given)
+        self.step_s: dict[int, float] = {} if step_s is None else step_s
+        self._inherited = 1 in self.step_s  # an earlier sequence measured the 1-token step: no plain warm-up
         self.draft_token_s = 0.0  # moving average of the draft's time per proposed token
         self.draft_s = 0.0
         self._shadow: int | None = None  # lookup's first proposal, when it was not made
@@ -129,7 +133,7 @@ class Speculator:
         self._shadow = None
         if room <= 0:
             return None, []
-        warm = self._plain_steps >= self.PLAIN_WARMUP
+        warm = self._plain_steps >= self.PLAIN_WARMUP or self._inherited
         if self.lookup is not None:
             k = self._best_k("lookup", room) if warm else 0
             cands = self.lookup.propose(tokens, max(k, 1))

@@ -94,3 +94,28 @@ def test_lookup_proposes_what_followed_the_latest_match():
     assert p.propose(text, 3) == [7, 8, 1]  # "1 2 3" last seen before the suffix at index 5
     assert p.propose(text + [7], 2) == [8, 1]  # incremental: the index follows the growing text
     assert p.propose([5, 6, 7], 4) == []  # a new text, nothing repeats
+
+
+def test_step_times_measured_by_earlier_sequences_let_a_new_one_propose_at_once():
+    text = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12] * 3 + [1, 2, 3]
+    fresh = Speculator(LookupProposer(), None, lookup_max=8)
+    assert fresh.propose(text, room=50) == (None, [])  # no 1-token step measured yet: a plain step first
+    # a decoder whose steps cost the same from 1 to 9 tokens (the costs its earlier sequences measured)
+    measured = {fed: 0.004 for fed in range(1, 10)}
+    spec = Speculator(LookupProposer(), None, lookup_max=8, step_s=measured)
+    source, cands = spec.propose(text, room=50)
+    assert source == "lookup" and len(cands) > 2 and cands == [4, 5, 6, 7, 8, 9, 10, 11][:len(cands)]
+    # a sequence on its own measures the 1-token step first, and then tries one token more at a time
+    for _ in range(Speculator.PLAIN_WARMUP):
+        fresh.feedback(None, 0, 0, 1, 0.004, None)
+    assert fresh.propose(text, room=50) == ("lookup", [4])
+    spec.feedback(source, len(cands), len(cands), len(cands) + 1, 0.005, None)
+    assert measured[len(cands) + 1] > 0.004  # what this sequence measures serves the next ones
+
+
+def test_a_decoder_shares_step_times_between_its_generations(target):
+    dec = KwkDecoder(target, max_cache_len=128)
+    first = run(dec, REPEATS)
+    assert 1 in dec._solo_step_s and max(dec._solo_step_s) > 1  # plain and verify steps were timed
+    dec.reset()
+    assert torch.equal(run(dec, REPEATS), first)  # the shared costs change only how it proposes

@@ -72,8 +72,11 @@ inline void matmul_tile(const float* x, int ldx, const void* w, int kp, int p, f
 
 // The same tile for quantized weights on quantized activations: per block, exact integer dot products of every
 // (token, row) in int32 lanes, then one FMA per output with the product of the two scales.
+// Not inlined: inlined into qmatmul, the tiles of 2, 3 and 1 row of a multi-row call were compiled with their sums
+// spilled (Q4 on AVX2: 3, 5, 6 and 9 rows ran at ~50 GMAC/s per core against ~95 for 4 and 8; out of line all run
+// at 82-96). Those are the sizes of speculative verify steps.
 template <class V, WType T, int TB, int NP>
-inline void qmatmul_tile(const QRows& x, int kp, const void* w, int p, float* y, int ldy, const float* bias,
+__attribute__((noinline)) void qmatmul_tile(const QRows& x, int kp, const void* w, int p, float* y, int ldy, const float* bias,
                          bool accumulate) {
   using R = typename V::reg;
   using I = typename V::ireg;
