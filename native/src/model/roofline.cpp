@@ -115,35 +115,37 @@ double measure_read_bandwidth(size_t bytes, int n_threads, int repeats) {
   return best;
 }
 
-double measure_fma_peak(int n_threads) {
-  if (!isa_supported("avx2")) return 0.0;
+namespace {
+
+// Best rate, in G operations per second, of every thread of an n_threads pool running `loop` (which does
+// `ops` operations and returns a value kept from the optimizer), over 5 runs: the machine may be shared.
+template <class Loop>
+double best_rate(int n_threads, double ops, const Loop& loop) {
   ThreadPool pool(n_threads);
-  const long iters = 20'000'000;
   std::atomic<float> sink{0.f};
   double best = 0;
-  for (int r = 0; r < 5; r++) {  // best of 5: the machine may be shared
+  for (int r = 0; r < 5; r++) {
     auto t0 = std::chrono::steady_clock::now();
-    pool.run([&](int) { sink.store(fma_loop_avx2(iters), std::memory_order_relaxed); });
-    best = std::max(best, double(n_threads) * iters * 12 * 8 * 2 / seconds_since(t0) / 1e9);
+    pool.run([&](int) { sink.store(float(loop()), std::memory_order_relaxed); });
+    best = std::max(best, n_threads * ops / seconds_since(t0) / 1e9);
   }
   return best;
+}
+
+}  // namespace
+
+double measure_fma_peak(int n_threads) {
+  if (!isa_supported("avx2")) return 0.0;
+  const long iters = 20'000'000;
+  return best_rate(n_threads, double(iters) * 12 * 8 * 2, [&] { return fma_loop_avx2(iters); });
 }
 
 double measure_int8_peak(int n_threads) {
   const bool avx512 = isa_supported("avx512");
   if (!avx512 && !isa_supported("avx2")) return 0.0;
-  ThreadPool pool(n_threads);
   const long iters = 10'000'000;
-  std::atomic<int> sink{0};
-  double best = 0;
-  for (int r = 0; r < 5; r++) {  // best of 5: the machine may be shared
-    auto t0 = std::chrono::steady_clock::now();
-    pool.run([&](int) {
-      sink.store(avx512 ? int8_loop_avx512(iters) : int8_loop_avx2(iters), std::memory_order_relaxed);
-    });
-    best = std::max(best, double(n_threads) * iters * kIntChains * (avx512 ? 64 : 32) / seconds_since(t0) / 1e9);
-  }
-  return best;
+  return best_rate(n_threads, double(iters) * kIntChains * (avx512 ? 64 : 32),
+                   [&] { return avx512 ? int8_loop_avx512(iters) : int8_loop_avx2(iters); });
 }
 
 }  // namespace kwker
