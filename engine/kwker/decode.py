@@ -22,7 +22,7 @@ from kwker.families import family_for, supported_model_types
 from kwker.batch import BatchRunner, generate_batch
 from kwker.sampling import Sampler, SamplingParams
 from kwker.sequence import SequenceState
-from kwker.speculative import DraftProposer, LookupProposer, Speculator
+from kwker.speculative import DraftProposer, LookupProposer, Speculator, StepCosts
 from kwker.streaming import GenerationChunk
 
 # precision -> (format of the layers' matrices, format of the embedding / lm_head); see native kernels.h
@@ -115,7 +115,7 @@ class KwkDecoder:
         self._step = step
         self._logit_rows = step.max_out_rows
         self._cached: list[list[int]] = [[] for _ in range(max_batch)]  # tokens whose K/V each slot holds
-        self._solo_step_s: dict[int, float] = {}  # step times of the sequences run alone, for their speculation
+        self._solo_costs = StepCosts()  # what the sequences run alone measured, for their speculation
         self.last_stats = None  # GenerationStats of the latest stream
 
     # ----------------------------------------------------------------------------------------------- info
@@ -254,7 +254,7 @@ class KwkDecoder:
         finds nothing. Neither changes the output."""
         prompt = self._check_ids(input_ids)
         seq = self.new_sequence(prompt, max_new_tokens, tokenizer=tokenizer, reused=self._reusable_prefix(prompt),
-                                step_costs=self._solo_step_s, **options)
+                                costs=self._solo_costs, **options)
         return self._drive(seq)
 
     def new_sequence(self, prompt: list[int], max_new_tokens: int, *, do_sample: bool = False,
@@ -262,9 +262,9 @@ class KwkDecoder:
                      min_p: float | None = None, repetition_penalty: float | None = None, min_new_tokens: int = 0,
                      eos_token_id: int | list[int] | None = None, generator: torch.Generator | None = None,
                      lookup: int = 8, draft: KwkDecoder | None = None, tokenizer=None, slot: int = 0,
-                     reused: int = 0, step_costs: dict[int, float] | None = None) -> SequenceState:
-        """A validated sequence to generate (raises ValueError/TypeError on bad options). step_costs: step times
-        measured by earlier sequences, shared with this one's speculation (see Speculator)."""
+                     reused: int = 0, costs: StepCosts | None = None) -> SequenceState:
+        """A validated sequence to generate (raises ValueError/TypeError on bad options). costs: what earlier
+        sequences measured, shared with this one's speculation (see StepCosts)."""
         if not isinstance(max_new_tokens, int) or isinstance(max_new_tokens, bool) or max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be a positive integer, got {max_new_tokens!r}")
         if len(prompt) + max_new_tokens > self.max_cache_len:
@@ -287,7 +287,7 @@ class KwkDecoder:
         sampler = Sampler(params, len(prompt), generator)  # validates the options
         spec = Speculator(LookupProposer() if lookup > 0 else None,
                           DraftProposer(draft) if draft is not None else None, lookup_max=max(lookup, 1),
-                          step_s=step_costs)
+                          costs=costs)
         return SequenceState(prompt, max_new_tokens, sampler, spec, tokenizer, slot=slot, reused=reused)
 
     def check_draft(self, draft: KwkDecoder) -> None:

@@ -12,6 +12,7 @@ the text's last n-gram); the draft model only where lookup has nothing to offer.
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass, field
 
 
 class LookupProposer:
@@ -77,6 +78,17 @@ class DraftProposer:
         return self.draft.greedy_continuation(tokens, k)
 
 
+@dataclass
+class StepCosts:
+    """What speculation measures about a decoder rather than a text, as moving averages: the target's step time
+    per number of fed tokens, and each draft's time per proposed token (by id of the draft decoder). A decoder
+    hands one to the sequences it runs one after another, so that each starts from what the earlier ones
+    measured."""
+
+    step_s: dict[int, float] = field(default_factory=dict)
+    draft_token_s: dict[int, float] = field(default_factory=dict)
+
+
 class Speculator:
     """Chooses a source and how many tokens to propose, by expected tokens per unit of time.
 
@@ -84,26 +96,31 @@ class Speculator:
     per number of fed tokens it keeps the measured step time. Proposing k tokens yields 1 + a + a^2 + ... + a^k
     tokens for the cost of a (k+1)-token step (plus k draft steps for the draft): it proposes the k with the best
     ratio, and nothing when no k beats a plain step. Until the 1-token step that every other cost is relative to has
-    been measured, steps are plain (without it a draft's cost would look free). The step times can be shared by the
-    sequences a decoder runs one after another (`step_s`: they are the decoder's, not the text's), so that a
-    generation starts with the costs the previous ones measured instead of growing its proposals from one token.
+    been measured, steps are plain (without it a draft's cost would look free). The costs can come from earlier
+    sequences (`costs`, see StepCosts): a generation then starts with the widths and the draft cost they measured
+    instead of growing its proposals from one token and trying the draft as if it were free.
     While lookup is not proposing it still checks, for free, whether its proposal would have been right, so it
     comes back when the text starts repeating."""
 
     PLAIN_WARMUP = 2  # plain steps measured before anything is proposed
 
     def __init__(self, lookup: LookupProposer | None, draft: DraftProposer | None, lookup_max: int = 8,
-                 draft_max: int = 8, step_s: dict[int, float] | None = None):
+                 draft_max: int = 8, costs: StepCosts | None = None):
         self.lookup, self.draft = lookup, draft
         self.limit = {"lookup": lookup_max, "draft": draft_max}
         self.accept = {"lookup": 0.5, "draft": 0.6}  # prior chance that a proposed token is accepted
-        # fed tokens -> moving average of the step time (shared with earlier sequences when given)
-        self.step_s: dict[int, float] = {} if step_s is None else step_s
+        self.costs = costs if costs is not None else StepCosts()
+        self.step_s = self.costs.step_s  # fed tokens -> moving average of the step time
         self._inherited = 1 in self.step_s  # an earlier sequence measured the 1-token step: no plain warm-up
-        self.draft_token_s = 0.0  # moving average of the draft's time per proposed token
+        self._draft_key = id(draft.draft) if draft is not None else None
         self.draft_s = 0.0
         self._shadow: int | None = None  # lookup's first proposal, when it was not made
         self._plain_steps = 0
+
+    @property
+    def draft_token_s(self) -> float:
+        """Moving average of the draft's time per proposed token (0 before it was measured)."""
+        return self.costs.draft_token_s.get(self._draft_key, 0.0)
 
     def _cost(self, fed: int) -> float:
         """Step time of `fed` tokens relative to a 1-token step (a mild prior for the one size not yet measured)."""
@@ -151,7 +168,7 @@ class Speculator:
                 if cands:
                     # the marginal cost of proposing: not a long catch-up (the prompt, a run of lookup tokens)
                     if self.draft.behind <= CATCH_UP_TIMED:
-                        self.draft_token_s = _ema(self.draft_token_s, spent / len(cands))
+                        self.costs.draft_token_s[self._draft_key] = _ema(self.draft_token_s, spent / len(cands))
                     return "draft", cands
         return None, []
 

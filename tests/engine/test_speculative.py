@@ -6,7 +6,7 @@ import torch
 
 from helpers import tiny_llama
 from kwker.decode import KwkDecoder
-from kwker.speculative import LookupProposer, Speculator
+from kwker.speculative import LookupProposer, Speculator, StepCosts
 
 # A prompt that repeats itself, so that lookup has something to propose, and one that does not.
 REPEATS = [5, 9, 33, 102, 7, 61, 5, 9, 33, 102, 7, 61, 5, 9, 33]
@@ -102,7 +102,7 @@ def test_step_times_measured_by_earlier_sequences_let_a_new_one_propose_at_once(
     assert fresh.propose(text, room=50) == (None, [])  # no 1-token step measured yet: a plain step first
     # a decoder whose steps cost the same from 1 to 9 tokens (the costs its earlier sequences measured)
     measured = {fed: 0.004 for fed in range(1, 10)}
-    spec = Speculator(LookupProposer(), None, lookup_max=8, step_s=measured)
+    spec = Speculator(LookupProposer(), None, lookup_max=8, costs=StepCosts(step_s=measured))
     source, cands = spec.propose(text, room=50)
     assert source == "lookup" and len(cands) > 2 and cands == [4, 5, 6, 7, 8, 9, 10, 11][:len(cands)]
     # a sequence on its own measures the 1-token step first, and then tries one token more at a time
@@ -116,6 +116,23 @@ def test_step_times_measured_by_earlier_sequences_let_a_new_one_propose_at_once(
 def test_a_decoder_shares_step_times_between_its_generations(target):
     dec = KwkDecoder(target, max_cache_len=128)
     first = run(dec, REPEATS)
-    assert 1 in dec._solo_step_s and max(dec._solo_step_s) > 1  # plain and verify steps were timed
+    assert 1 in dec._solo_costs.step_s and max(dec._solo_costs.step_s) > 1  # plain and verify steps were timed
     dec.reset()
     assert torch.equal(run(dec, REPEATS), first)  # the shared costs change only how it proposes
+
+
+def test_a_draft_cost_measured_by_earlier_sequences_is_not_forgotten():
+    class Draft:  # proposes anything; what matters here is what proposing costs
+        name = "draft"
+
+        def __init__(self):
+            self.draft, self.behind = object(), 0
+
+        def propose(self, tokens, k):
+            return [7] * k
+
+    draft, costs = Draft(), StepCosts(step_s={1: 0.004, 2: 0.0045, 3: 0.005})
+    assert Speculator(None, draft, costs=costs).propose([1, 2, 3], room=8)[0] == "draft"  # not measured: tried
+    costs.draft_token_s[id(draft.draft)] = 0.02  # an earlier sequence found a proposal costs 5 target steps
+    assert Speculator(None, draft, costs=costs).propose([1, 2, 3], room=8) == (None, [])
+    assert Speculator(None, Draft(), costs=costs).propose([1, 2, 3], room=8)[0] == "draft"  # another draft: tried
