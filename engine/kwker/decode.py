@@ -28,6 +28,10 @@ from kwker.streaming import GenerationChunk
 # precision -> (format of the layers' matrices, format of the embedding / lm_head); see native kernels.h
 PRECISIONS = {"fp32": ("F32", "F32"), "bf16": ("BF16", "BF16"), "fp16": ("F16", "F16"), "balanced": ("Q8", "Q8"),
               "int4": ("Q4", "Q8")}
+# The KV cache's element type: kv_cache="fp16" halves its memory and the bytes attention reads per token (at 2000
+# tokens of context SmolLM2's float32 cache is as many bytes as its int4 weights); "fp32" keeps keys and values
+# exact. By default fp16, except at precision fp32, which matches transformers' float32 attention.
+KV_CACHE_TYPES = ("fp32", "fp16")
 ALIASES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16", "int8": "balanced"}
 OWN_PRECISION = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
 WTYPES = {"F32": 0, "BF16": 1, "F16": 2, "Q8": 3, "Q4": 4}
@@ -67,7 +71,8 @@ def _to_native_array(t: torch.Tensor, fmt: str) -> np.ndarray:
 
 class KwkDecoder:
     def __init__(self, model, max_cache_len: int, precision: str | None = None, threads: int | None = None,
-                 max_batch: int = 1, max_step_tokens: int = DEFAULT_STEP_TOKENS, tokenizer=None):
+                 max_batch: int = 1, max_step_tokens: int = DEFAULT_STEP_TOKENS, tokenizer=None,
+                 kv_cache: str | None = None):
         reason = runner_unsupported(model, max_cache_len)
         if reason is not None:
             raise ValueError(f"KwkDecoder cannot run {type(model).__name__}: {reason}")
@@ -79,6 +84,8 @@ class KwkDecoder:
             raise ValueError(f"precision must be one of None, {', '.join(map(repr, PRECISIONS))}, got {precision!r}")
         if threads is not None and (not isinstance(threads, int) or threads < 1):
             raise ValueError(f"threads must be a positive integer, got {threads!r}")
+        if kv_cache is not None and kv_cache not in KV_CACHE_TYPES:
+            raise ValueError(f"kv_cache must be None, 'fp32' or 'fp16', got {kv_cache!r}")
         if not isinstance(max_batch, int) or max_batch < 1:
             raise ValueError(f"max_batch must be a positive integer, got {max_batch!r}")
         family = family_for(model)
@@ -87,6 +94,8 @@ class KwkDecoder:
 
         cfg = family.native_config(model)
         cfg["wtype"] = WTYPES[matrix_fmt]
+        self.kv_cache = kv_cache or ("fp32" if precision == "fp32" else "fp16")
+        cfg["kv_f16"] = self.kv_cache == "fp16"
         cos, sin = family.rope_tables(model, max_cache_len)
         cfg["rope_dim"] = 2 * cos.shape[-1]  # the table's width: partial rotary models rotate fewer dims
         step = _native.Model(cfg, cos.numpy(), sin.numpy(), max_cache_len, max_batch,

@@ -108,6 +108,36 @@ def test_attend_sliding_window_matches_attention_over_the_window(isa, first, g):
 
 
 @pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("n", [1, 17, 129])
+@pytest.mark.parametrize("g", [1, 3])
+def test_attend_on_an_fp16_cache_matches_attention_on_rounded_keys_and_values(isa, n, g):
+    """kv_f16: the cache holds keys and values rounded to fp16 (nearest even); attention on them is float32."""
+    needs(isa)
+    rng = np.random.default_rng(n + 10 * g)
+    q = rng.standard_normal((g, 48)).astype(np.float32)
+    k = rng.standard_normal((n, 48)).astype(np.float32)
+    v = rng.standard_normal((n, 48)).astype(np.float32)
+    out = _native.kernel_attend(isa, q, k, v, 48**-0.5, kv_f16=True)
+    kr, vr = k.astype(np.float16).astype(np.float32), v.astype(np.float16).astype(np.float32)
+    ref, smax = reference_attention(q, kr, vr, 48**-0.5)
+    assert np.allclose(out, ref, rtol=0, atol=2e-5 * np.abs(vr).max() * max(1.0, smax))
+    together = _native.kernel_attend(isa, np.tile(q, (4 // g, 1))[:4], k, v, 48**-0.5, kv_f16=True)
+    assert np.array_equal(together[:g], out)  # a query's result does not depend on its group
+
+
+@pytest.mark.parametrize("isa", ISAS)
+def test_to_f16_rounds_to_nearest_even_like_numpy(isa):
+    needs(isa)
+    rng = np.random.default_rng(0)
+    x = np.concatenate([rng.standard_normal(1000) * 10.0 ** rng.integers(-9, 5, 1000),
+                        [0.0, -0.0, 1e-8, 6e-5, 65504.0, 65519.0, -65520.0, 1e6, np.inf, -np.inf]]).astype(np.float32)
+    with np.errstate(over="ignore"):  # 65520 and up round to inf, as they should
+        want = x.astype(np.float16).view(np.uint16)
+    for n in (len(x), 7, 1):  # whole vectors and tails
+        assert np.array_equal(_native.kernel_to_f16(isa, x[:n]), want[:n])
+
+
+@pytest.mark.parametrize("isa", ISAS)
 def test_attend_query_result_does_not_depend_on_its_group(isa):
     """A query head's output is the same bits alone or attended together with 1-3 other heads."""
     needs(isa)

@@ -140,8 +140,10 @@ py::array_t<float> kernel_weights(py::array w, int wtype) {
   return out;
 }
 
-// q: [g, hd], k, v: [n, hd]; attends to keys first..n-1
-py::array_t<float> kernel_attend(const std::string& isa, F32Array q, F32Array k, F32Array v, float scale, int first) {
+// q: [g, hd], k, v: [n, hd]; attends to keys first..n-1; kv_f16: k and v are stored as fp16 first (the cache's
+// fp16 type: rounded to nearest even)
+py::array_t<float> kernel_attend(const std::string& isa, F32Array q, F32Array k, F32Array v, float scale, int first,
+                                 bool kv_f16) {
   const Kernels& kern = kernels_select(isa);
   const int g = int(q.shape(0)), n = int(k.shape(0)), hd = int(k.shape(1)), hdp = pad_to(hd);
   if (q.ndim() != 2 || q.shape(1) != hd || v.shape(0) != n || v.shape(1) != hd || g < 1 || g > kMaxAttendHeads)
@@ -151,10 +153,25 @@ py::array_t<float> kernel_attend(const std::string& isa, F32Array q, F32Array k,
   std::vector<float> kp(size_t(pad_to(n, kPanel)) * hdp, 0.f), scores(size_t(g) * pad_to(n)), out(size_t(g) * hdp);
   for (int i = 0; i < n; i++)
     for (int d = 0; d < hd; d++) kp[panel_index(i, d, hdp)] = k.data()[size_t(i) * hd + d];
-  kern.attend(qp.data(), g, kp.data(), vp.data(), first, n, hdp, scale, scores.data(), out.data());
+  if (kv_f16) {
+    std::vector<uint16_t> kh(kp.size()), vh(vp.size());
+    for (size_t i = 0; i < kp.size(); i++) kh[i] = f32_to_f16(kp[i]);
+    for (size_t i = 0; i < vp.size(); i++) vh[i] = f32_to_f16(vp[i]);
+    kern.attend[int(KVType::F16)](qp.data(), g, kh.data(), vh.data(), first, n, hdp, scale, scores.data(), out.data());
+  } else {
+    kern.attend[int(KVType::F32)](qp.data(), g, kp.data(), vp.data(), first, n, hdp, scale, scores.data(), out.data());
+  }
   py::array_t<float> r({g, hd});
   for (int j = 0; j < g; j++) std::memcpy(r.mutable_data() + size_t(j) * hd, &out[size_t(j) * hdp], sizeof(float) * hd);
   return r;
+}
+
+// x as fp16 bits, by the ISA's conversion (the one that writes the KV cache)
+py::array_t<uint16_t> kernel_to_f16(const std::string& isa, F32Array x) {
+  const Kernels& kern = kernels_select(isa);
+  py::array_t<uint16_t> out(x.size());
+  kern.to_f16(x.data(), out.mutable_data(), int(x.size()));
+  return out;
 }
 
 py::array_t<float> kernel_glu(const std::string& isa, F32Array gate, F32Array up, int activation) {
@@ -202,7 +219,8 @@ void register_kernels(py::module_& m) {
   m.def("kernel_weights", &kernel_weights, py::arg("w"), py::arg("wtype"));
   m.def("kernel_quantized_activations", &kernel_quantized_activations, py::arg("x"));
   m.def("kernel_attend", &kernel_attend, py::arg("isa"), py::arg("q"), py::arg("k"), py::arg("v"), py::arg("scale"),
-        py::arg("first") = 0);
+        py::arg("first") = 0, py::arg("kv_f16") = false);
+  m.def("kernel_to_f16", &kernel_to_f16, py::arg("isa"), py::arg("x"));
   m.def("kernel_glu", &kernel_glu, py::arg("isa"), py::arg("gate"), py::arg("up"), py::arg("activation") = 0,
         "act(gate) * up; activation 0: silu, 1: gelu_pytorch_tanh");
 }

@@ -38,6 +38,7 @@ Config config_from_dict(const py::dict& d) {
   if (d.contains("rope_dim")) c.rope_dim = d["rope_dim"].cast<int>();
   if (d.contains("layer_window")) c.layer_window = d["layer_window"].cast<std::vector<int>>();
   if (d.contains("layer_rope")) c.layer_rope = d["layer_rope"].cast<std::vector<int>>();
+  if (d.contains("kv_f16")) c.kv_type = d["kv_f16"].cast<bool>() ? KVType::F16 : KVType::F32;
   return c;
 }
 

@@ -37,6 +37,9 @@ struct Avx2 {
     return _mm_cvtss_f32(s);
   }
   static reg load_f16(const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+  static void store_f16(uint16_t* p, reg a) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_cvtps_ph(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  }
 
   // Quantized formats: 8 int32 lanes = 8 rows of a panel; a register of weights holds 4 k-steps of 8 rows.
   using ireg = __m256i;

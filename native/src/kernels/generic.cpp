@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 
 #include "kernels.h"
 
@@ -306,7 +307,14 @@ void qmatmul_generic(const QRows& x, int m, const void* w, int kp, int p0, int p
   }
 }
 
-void attend_generic(const float* q, int g, const float* k, const float* v, int first, int n, int hdp, float scale,
+template <class KV>
+float kv_value(const void* p, size_t i) {
+  if constexpr (std::is_same_v<KV, float>) return static_cast<const float*>(p)[i];
+  else return f16_to_f32(static_cast<const uint16_t*>(p)[i]);
+}
+
+template <class KV>
+void attend_generic(const float* q, int g, const void* k, const void* v, int first, int n, int hdp, float scale,
                     float* scores, float* out) {
   for (int j = 0; j < g; j++) {
     const float* qj = q + size_t(j) * hdp;
@@ -314,7 +322,7 @@ void attend_generic(const float* q, int g, const float* k, const float* v, int f
     float mx = -std::numeric_limits<float>::infinity();
     for (int i = first; i < n; i++) {
       float dot = 0.f;
-      for (int d = 0; d < hdp; d++) dot += qj[d] * k[panel_index(i, d, hdp)];
+      for (int d = 0; d < hdp; d++) dot += qj[d] * kv_value<KV>(k, panel_index(i, d, hdp));
       s[i] = dot * scale;
       mx = std::fmax(mx, s[i]);
     }
@@ -327,9 +335,13 @@ void attend_generic(const float* q, int g, const float* k, const float* v, int f
     for (int c = 0; c < hdp; c++) o[c] = 0.f;
     for (int i = first; i < n; i++) {
       const float p = s[i] / sum;
-      for (int c = 0; c < hdp; c++) o[c] += p * v[size_t(i) * hdp + c];
+      for (int c = 0; c < hdp; c++) o[c] += p * kv_value<KV>(v, size_t(i) * hdp + c);
     }
   }
+}
+
+void to_f16_generic(const float* x, uint16_t* out, int n) {
+  for (int i = 0; i < n; i++) out[i] = f32_to_f16(x[i]);
 }
 
 template <Activation A>
@@ -347,8 +359,9 @@ const Kernels& kernels_generic() {
   static const Kernels k{"generic",
                          {matmul_generic<WType::F32>, matmul_generic<WType::BF16>, matmul_generic<WType::F16>},
                          {qmatmul_generic<WType::Q8>, qmatmul_generic<WType::Q4>},
-                         attend_generic,
-                         {glu_generic<Activation::Silu>, glu_generic<Activation::GeluTanh>}};
+                         {attend_generic<float>, attend_generic<uint16_t>},
+                         {glu_generic<Activation::Silu>, glu_generic<Activation::GeluTanh>},
+                         to_f16_generic};
   return k;
 }
 

@@ -70,11 +70,17 @@ using QMatmulFn = void (*)(const QRows& x, int m, const void* w, int kp, int p0,
 // Causal attention of g query heads that share one KV head, over keys first..n-1 (first > 0: a sliding window):
 //   out[j] = sum_i softmax_i(scale * q[j] . k_i) v_i
 //   q: [g, hdp]; k: the head's key panels [.., hdp, kPanel] (key i, dim d at ((i / kPanel) * hdp + d) * kPanel +
-//   i % kPanel); v: [n, hdp]; scores: scratch [g, pad_to(n)]; out: [g, hdp].
+//   i % kPanel); v: [n, hdp]; scores: scratch [g, pad_to(n)]; out: [g, hdp]. Keys and values are float32 or fp16
+//   (the KV cache's element type, KVType), read as float32.
 // Each (query, key) score is one FMA chain over d, each output column one FMA chain over i: the result for a
 // query does not depend on which other queries share the call.
-using AttendFn = void (*)(const float* q, int g, const float* k, const float* v, int first, int n, int hdp,
+enum class KVType : int { F32 = 0, F16 = 1 };
+constexpr int kKVTypes = 2;
+using AttendFn = void (*)(const float* q, int g, const void* k, const void* v, int first, int n, int hdp,
                           float scale, float* scores, float* out);
+
+// out[i] = fp16 bits of x[i] rounded to nearest even (as f32_to_f16), i < n.
+using ToF16Fn = void (*)(const float* x, uint16_t* out, int n);
 
 // The MLP gate's activation. GeluTanh is transformers' gelu_pytorch_tanh: 0.5 x (1 + tanh(u)), which equals
 // x sigmoid(2u) with u = sqrt(2 / pi) (x + 0.044715 x^3).
@@ -88,8 +94,9 @@ struct Kernels {
   const char* name;
   MatmulFn matmul[3];   // F32, BF16, F16
   QMatmulFn qmatmul[2];  // Q8, Q4
-  AttendFn attend;
-  GluFn glu[kActivations];  // by Activation
+  AttendFn attend[kKVTypes];  // by KVType
+  GluFn glu[kActivations];    // by Activation
+  ToF16Fn to_f16;
 };
 
 const Kernels& kernels_generic();

@@ -2,7 +2,8 @@
 //
 // V provides: reg, W (floats per register), TB (tokens per register tile in the multi-row matmul), NP_GEMV
 // (panels per tile when m == 1), zero/load/store/set1/fma/add/mul/div/sub/min/max/round/pow2i, hsum (a fixed
-// reduction tree), exp, load_w<WType> (W float-format weights as floats), load_f16 (W fp16 values); and for the
+// reduction tree), exp, load_w<WType> (W float-format weights as floats), load_f16 (W fp16 values), store_f16 (W
+// floats as fp16, rounded to nearest even); and for the
 // quantized formats an integer register ireg of W int32 lanes (one per output row): TBQ / NPQ_GEMV (tile shapes),
 // izero, cvt (int32 -> float), bcast4 (4 activation bytes to every lane), load_qw<WType>(group, j)
 // (the 4 k-steps of W rows of a weight group: Q8 as int8, Q4 as its unsigned nibbles), abs8, dot_q8(acc, |w|, w, x)
@@ -216,18 +217,25 @@ void qmatmul(const QRows& x, int m, const void* w, int kp, int p0, int p1, float
   });
 }
 
+// W keys or values from the cache, as floats.
+template <class V, class KV>
+inline typename V::reg load_kv(const KV* p) {
+  if constexpr (std::is_same_v<KV, float>) return V::load(p);
+  else return V::load_f16(p);
+}
+
 // Scores of G queries against the keys of panels [pi, pi + PB): one chain per (query, key) over d.
-template <class V, int G, int PB>
-inline void attend_scores(const float* q, int hdp, const float* k, int pi, float scale, float* scores, int ns) {
+template <class V, class KV, int G, int PB>
+inline void attend_scores(const float* q, int hdp, const KV* k, int pi, float scale, float* scores, int ns) {
   using R = typename V::reg;
   constexpr int RP = kPanel / V::W;
   R acc[G][PB * RP];
   fill(acc, V::zero());
-  const float* kb = k + size_t(pi) * hdp * kPanel;
+  const KV* kb = k + size_t(pi) * hdp * kPanel;
   for (int d = 0; d < hdp; d++) {
     R kv[PB * RP];
 #pragma GCC unroll 16
-    for (int r = 0; r < PB * RP; r++) kv[r] = V::load(kb + (size_t(r / RP) * hdp + d) * kPanel + (r % RP) * V::W);
+    for (int r = 0; r < PB * RP; r++) kv[r] = load_kv<V>(kb + (size_t(r / RP) * hdp + d) * kPanel + (r % RP) * V::W);
 #pragma GCC unroll 16
     for (int j = 0; j < G; j++) {
       R qb = V::set1(q[size_t(j) * hdp + d]);
@@ -244,15 +252,15 @@ inline void attend_scores(const float* q, int hdp, const float* k, int pi, float
 }
 
 // out[j, c0 .. c0 + CB * W) = sum_i p[j, i] v[i, ...]: one chain per (query, column) over i.
-template <class V, int G, int CB>
-inline void attend_values(const float* p, int ns, const float* v, int first, int n, int hdp, int c0, float* out) {
+template <class V, class KV, int G, int CB>
+inline void attend_values(const float* p, int ns, const KV* v, int first, int n, int hdp, int c0, float* out) {
   using R = typename V::reg;
   R acc[G][CB];
   fill(acc, V::zero());
   for (int i = first; i < n; i++) {
     R vv[CB];
 #pragma GCC unroll 16
-    for (int c = 0; c < CB; c++) vv[c] = V::load(v + size_t(i) * hdp + c0 + c * V::W);
+    for (int c = 0; c < CB; c++) vv[c] = load_kv<V>(v + size_t(i) * hdp + c0 + c * V::W);
 #pragma GCC unroll 16
     for (int j = 0; j < G; j++) {
       R pb = V::set1(p[size_t(j) * ns + i]);
@@ -266,15 +274,15 @@ inline void attend_values(const float* p, int ns, const float* v, int first, int
     for (int c = 0; c < CB; c++) V::store(out + size_t(j) * hdp + c0 + c * V::W, acc[j][c]);
 }
 
-template <class V, int G>
-void attend_heads(const float* q, const float* k, const float* v, int first, int n, int hdp, float scale,
+template <class V, class KV, int G>
+void attend_heads(const float* q, const KV* k, const KV* v, int first, int n, int hdp, float scale,
                   float* scores, float* out) {
   // Scores are indexed by key position; the first panel may start before `first` (lanes never used).
   const int ns = pad_to(n), np = ns / kPanel, p0 = first / kPanel;
   constexpr int PB = G == 1 ? 3 : (G == 2 ? 2 : 1);  // enough chains to hide the FMA latency
   int pi = p0;
-  for (; pi + PB <= np; pi += PB) attend_scores<V, G, PB>(q, hdp, k, pi, scale, scores, ns);
-  for (; pi < np; pi++) attend_scores<V, G, 1>(q, hdp, k, pi, scale, scores, ns);
+  for (; pi + PB <= np; pi += PB) attend_scores<V, KV, G, PB>(q, hdp, k, pi, scale, scores, ns);
+  for (; pi < np; pi++) attend_scores<V, KV, G, 1>(q, hdp, k, pi, scale, scores, ns);
   for (int j = 0; j < G; j++) {  // softmax over keys first..n-1 (other lanes of their panels are never used)
     float* s = scores + size_t(j) * ns;
     float mx = s[first];
@@ -288,19 +296,28 @@ void attend_heads(const float* q, const float* k, const float* v, int first, int
   }
   constexpr int CB = G == 1 ? 8 : (G == 2 ? 4 : 2);
   int c = 0;
-  for (; c + CB * V::W <= hdp; c += CB * V::W) attend_values<V, G, CB>(scores, ns, v, first, n, hdp, c, out);
-  for (; c < hdp; c += V::W) attend_values<V, G, 1>(scores, ns, v, first, n, hdp, c, out);
+  for (; c + CB * V::W <= hdp; c += CB * V::W) attend_values<V, KV, G, CB>(scores, ns, v, first, n, hdp, c, out);
+  for (; c < hdp; c += V::W) attend_values<V, KV, G, 1>(scores, ns, v, first, n, hdp, c, out);
 }
 
-template <class V>
-void attend(const float* q, int g, const float* k, const float* v, int first, int n, int hdp, float scale,
+template <class V, class KV>
+void attend(const float* q, int g, const void* kp, const void* vp, int first, int n, int hdp, float scale,
             float* scores, float* out) {
+  const KV *k = static_cast<const KV*>(kp), *v = static_cast<const KV*>(vp);
   switch (g) {
-    case 1: return attend_heads<V, 1>(q, k, v, first, n, hdp, scale, scores, out);
-    case 2: return attend_heads<V, 2>(q, k, v, first, n, hdp, scale, scores, out);
-    case 3: return attend_heads<V, 3>(q, k, v, first, n, hdp, scale, scores, out);
-    case 4: return attend_heads<V, 4>(q, k, v, first, n, hdp, scale, scores, out);
+    case 1: return attend_heads<V, KV, 1>(q, k, v, first, n, hdp, scale, scores, out);
+    case 2: return attend_heads<V, KV, 2>(q, k, v, first, n, hdp, scale, scores, out);
+    case 3: return attend_heads<V, KV, 3>(q, k, v, first, n, hdp, scale, scores, out);
+    case 4: return attend_heads<V, KV, 4>(q, k, v, first, n, hdp, scale, scores, out);
   }
+}
+
+// fp16 bits of x, rounded to nearest even: W at a time, the tail one by one (the same rounding).
+template <class V>
+void to_f16(const float* x, uint16_t* out, int n) {
+  int i = 0;
+  for (; i + V::W <= n; i += V::W) V::store_f16(out + i, V::load(x + i));
+  for (; i < n; i++) out[i] = f32_to_f16(x[i]);
 }
 
 // out = x sigmoid(x) * up (Silu) or x sigmoid(2u) * up with u = sqrt(2 / pi) (x + 0.044715 x^3) (GeluTanh).
@@ -324,8 +341,9 @@ Kernels make_kernels(const char* name) {
   return Kernels{name,
                  {matmul<V, WType::F32>, matmul<V, WType::BF16>, matmul<V, WType::F16>},
                  {qmatmul<V, WType::Q8>, qmatmul<V, WType::Q4>},
-                 attend<V>,
-                 {glu<V, Activation::Silu>, glu<V, Activation::GeluTanh>}};
+                 {attend<V, float>, attend<V, uint16_t>},
+                 {glu<V, Activation::Silu>, glu<V, Activation::GeluTanh>},
+                 to_f16<V>};
 }
 
 // exp(x) for a vector, Cephes' polynomial (about 1 ulp on the clamped range). The clamp keeps 2^n normal.

@@ -46,8 +46,9 @@ Model::Model(const Config& cfg, int n_rope, const float* rope_cos, const float* 
   std::memcpy(rope_sin_.as<float>(), rope_sin, sizeof(float) * rope_floats);
 
   const size_t cache_floats = size_t(n_slots) * cfg.n_layer * cfg.n_kv_head * pad_to(max_cache_len, kPanel) * hdp_;
-  cache_k_ = Buffer(sizeof(float) * cache_floats);
-  cache_v_ = Buffer(sizeof(float) * cache_floats);
+  if (int(cfg_.kv_type) < 0 || int(cfg_.kv_type) >= kKVTypes) throw std::invalid_argument("unknown KV cache type");
+  cache_k_ = Buffer(kv_bytes() * cache_floats);
+  cache_v_ = Buffer(kv_bytes() * cache_floats);
 
   const size_t S = max_step_tokens;
   x_ = Buffer(sizeof(float) * S * ep_);
@@ -165,9 +166,20 @@ size_t Model::weight_bytes_per_token() const {
   return b;
 }
 
-float* Model::cache_head(Buffer& cache, int slot, int layer, int kv_head) const {
+char* Model::cache_head(Buffer& cache, int slot, int layer, int kv_head) const {
   const size_t head = (size_t(slot) * cfg_.n_layer + layer) * cfg_.n_kv_head + kv_head;
-  return cache.as<float>() + head * pad_to(max_cache_, kPanel) * hdp_;
+  return cache.as<char>() + head * pad_to(max_cache_, kPanel) * hdp_ * kv_bytes();
+}
+
+void Model::store_kv(const float* x, char* dst, int stride) const {
+  const int hd = cfg_.head_dim;
+  if (cfg_.kv_type == KVType::F32) {
+    for (int i = 0; i < hd; i++) reinterpret_cast<float*>(dst)[size_t(i) * stride] = x[i];
+    return;
+  }
+  uint16_t h[kMaxHeadDim];
+  kern_->to_f16(x, h, hd);
+  for (int i = 0; i < hd; i++) reinterpret_cast<uint16_t*>(dst)[size_t(i) * stride] = h[i];
 }
 
 namespace {
@@ -232,11 +244,12 @@ void Model::rope_and_cache(int layer, const int32_t* slots, const int32_t* posit
     for (int h = 0; h < cfg_.n_head; h++)
       rotate(q_.as<float>() + size_t(t) * qp_ + h * hd, qh_.as<float>() + (size_t(t) * cfg_.n_head + h) * hdp_, 1,
              layers_[layer].q_norm);
-    for (int h = 0; h < cfg_.n_kv_head; h++) {
-      float* kpanel = cache_head(cache_k_, slots[t], layer, h) + panel_index(pos, 0, hdp_);
-      rotate(k_.as<float>() + size_t(t) * kvp_ + h * hd, kpanel, kPanel, layers_[layer].k_norm);
-      std::memcpy(cache_head(cache_v_, slots[t], layer, h) + size_t(pos) * hdp_,
-                  v_.as<float>() + size_t(t) * kvp_ + h * hd, sizeof(float) * hd);
+    for (int h = 0; h < cfg_.n_kv_head; h++) {  // key i's dim d sits at panel_index(i, d): stride kPanel
+      float key[kMaxHeadDim];
+      rotate(k_.as<float>() + size_t(t) * kvp_ + h * hd, key, 1, layers_[layer].k_norm);
+      store_kv(key, cache_head(cache_k_, slots[t], layer, h) + panel_index(pos, 0, hdp_) * kv_bytes(), kPanel);
+      store_kv(v_.as<float>() + size_t(t) * kvp_ + h * hd,
+               cache_head(cache_v_, slots[t], layer, h) + size_t(pos) * hdp_ * kv_bytes(), 1);
     }
   }
 }
@@ -298,7 +311,7 @@ void Model::step(const int32_t* tokens, const int32_t* slots, const int32_t* pos
       for (int item = a0; item < a1; item++) {
         const int t = item / (c.n_kv_head * blocks), kvh = item / blocks % c.n_kv_head, b = item % blocks;
         const int h0 = kvh * group + b * kMaxAttendHeads, g = std::min(kMaxAttendHeads, group - b * kMaxAttendHeads);
-        kern_->attend(qh_.as<float>() + (size_t(t) * c.n_head + h0) * hdp_, g, cache_head(cache_k_, slots[t], l, kvh),
+        kern_->attend[int(c.kv_type)](qh_.as<float>() + (size_t(t) * c.n_head + h0) * hdp_, g, cache_head(cache_k_, slots[t], l, kvh),
                       cache_head(cache_v_, slots[t], l, kvh), window ? std::max(0, positions[t] + 1 - window) : 0,
                       positions[t] + 1, hdp_, c.attn_scale, scores, hout);
         for (int j = 0; j < g; j++)

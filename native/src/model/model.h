@@ -30,6 +30,7 @@ struct Config {
   int rope_dim = 0;         // leading dims of each head that RoPE rotates (0: all of head_dim)
   std::vector<int> layer_window;  // per layer: attend to the last `window` positions only (0: all)
   std::vector<int> layer_rope;    // per layer: index of its rope table
+  KVType kv_type = KVType::F32;   // the KV cache's elements (fp16 halves its size and the bytes attention reads)
 };
 
 // A weight matrix [n, k] packed in panels (kernels.h), k padded to kp; optional bias [n] zero padded to a panel.
@@ -84,7 +85,10 @@ class Model {
   void add_residual(const Matrix& m, const float* in, int ldin, const Buffer& post_norm, int T, int t0, int t1,
                     int tid);
   void rope_and_cache(int layer, const int32_t* slots, const int32_t* positions, int t0, int t1);
-  float* cache_head(Buffer& cache, int slot, int layer, int kv_head) const;  // K: panels; V: [pos][hdp]
+  char* cache_head(Buffer& cache, int slot, int layer, int kv_head) const;  // K: panels; V: [pos][hdp]
+  size_t kv_bytes() const { return cfg_.kv_type == KVType::F16 ? 2 : 4; }  // per cache element
+  // Writes hd floats into the cache at dst (element stride `stride`), in the cache's element type.
+  void store_kv(const float* x, char* dst, int stride) const;
   // Quantizes rows [t0, t1) of x (row length kp) into qx_ when `m` takes quantized activations.
   void quantize_for(const Matrix& m, const float* x, int ldx, int t0, int t1);
   // This thread's share of y = x w^T for `rows` rows. A quantized matrix reads the rows quantize_for wrote.
