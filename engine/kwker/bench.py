@@ -200,7 +200,7 @@ def current_rss_mb() -> float:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
-def run(model_spec=None, precision=None, threads=None, repeats=5, pp=512, tg=128, peers=(), json_path=None,
+def run(model_spec=None, precision=None, threads=None, repeats=5, pp=512, tg=128, depth=16, peers=(), json_path=None,
         out=print) -> dict:
     from kwker.decode import default_threads
     from kwker.models.loader import DEFAULT_MODEL, load_model, source_gguf
@@ -213,7 +213,7 @@ def run(model_spec=None, precision=None, threads=None, repeats=5, pp=512, tg=128
         f"{limits[f'int8_gmacs_{threads}_threads']:.0f} GMAC/s")
     model, _ = load_model(model_spec, dtype=torch.float32)
     name = model_spec or DEFAULT_MODEL
-    n_ctx = pp + tg + 32
+    n_ctx = max(pp, depth) + tg + 32
     engines = [KwkerEngine(model, precision, threads, n_ctx)]
     for peer in peers:
         if peer == "transformers":
@@ -239,9 +239,11 @@ def run(model_spec=None, precision=None, threads=None, repeats=5, pp=512, tg=128
         f"{engines[0].bytes_per_token / 1e6:.0f} MB of weights per token")
 
     vocab = model.config.vocab_size
-    pp_tokens, tg_prompt = prompt_tokens(pp, vocab), prompt_tokens(16, vocab, seed=1)
+    # the generation test decodes after `depth` tokens of context (llama-bench's tg128 @ d<depth>)
+    pp_tokens, tg_prompt = prompt_tokens(pp, vocab), prompt_tokens(depth, vocab, seed=1)
+    tg_name = f"tg{tg}" if depth == 16 else f"tg{tg}@d{depth}"
     results = {(e.name, t): Result(e.name, t, bytes_per_token=e.bytes_per_token)
-               for e in engines for t in (f"pp{pp}", f"tg{tg}")}
+               for e in engines for t in (f"pp{pp}", tg_name)}
     for e in engines:  # warm-up: page in weights, spin up thread pools
         e.pp(pp_tokens[:64])
         e.tg(tg_prompt, 8)
@@ -249,7 +251,7 @@ def run(model_spec=None, precision=None, threads=None, repeats=5, pp=512, tg=128
         for e in engines:
             results[(e.name, f"pp{pp}")].values.append(e.pp(pp_tokens))
         for e in engines:
-            results[(e.name, f"tg{tg}")].values.append(e.tg(tg_prompt, tg))
+            results[(e.name, tg_name)].values.append(e.tg(tg_prompt, tg))
         gc.collect()
 
     # Prefill's ceiling: the multiply-accumulates of the layers' matrices per token at the compute peak of the
@@ -273,7 +275,7 @@ def run(model_spec=None, precision=None, threads=None, repeats=5, pp=512, tg=128
                      "gmac_s": None if gbs else r.median * macs / 1e9})
     ratios = {}
     for e in engines[1:]:
-        for t in (f"pp{pp}", f"tg{tg}"):
+        for t in (f"pp{pp}", tg_name):
             ratios[f"{t} kwker/{e.name}"] = results[("kwker", t)].median / results[(e.name, t)].median
     for k, v in ratios.items():
         out(f"{k}: {v:.2f}x (medians)")

@@ -83,7 +83,7 @@ def cmd_bench(args) -> int:
         return 0
     peers = [p for p in (args.vs or "").split(",") if p]
     bench.run(args.model, precision=args.precision, threads=args.threads, repeats=args.repeats, pp=args.pp,
-              tg=args.tg, peers=peers, json_path=args.json)
+              tg=args.tg, depth=args.depth, peers=peers, json_path=args.json)
     return 0
 
 
@@ -183,6 +183,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--repeats", type=int, default=5)
     b.add_argument("--pp", type=int, default=512, help="prompt tokens for the prefill test")
     b.add_argument("--tg", type=int, default=128, help="tokens for the generation test")
+    b.add_argument("--depth", type=int, default=16,
+                   help="tokens of context before the generation test (its GB/s count weights, not the KV cache)")
     b.add_argument("--vs", default="", help="comma-separated peers: transformers, llama.cpp")
     b.add_argument("--json", default=None, help="write the results to this file")
     b.add_argument("--batch", default=None, help="comma-separated batch sizes: aggregate throughput instead")

@@ -35,13 +35,14 @@ def test_generate_refuses_a_missing_model_clearly(tmp_path):
 
 def test_bench_reports_kwker_and_transformers(smollm2, tmp_path):
     out = tmp_path / "bench.json"
-    r = kwker("bench", "--pp", "32", "--tg", "8", "--repeats", "2", "--vs", "transformers", "--json", str(out))
+    r = kwker("bench", "--pp", "32", "--tg", "8", "--depth", "40", "--repeats", "2", "--vs", "transformers",
+              "--json", str(out))
     assert r.returncode == 0, r.stderr
     report = json.loads(out.read_text())
     tests = {(x["engine"], x["test"]) for x in report["results"]}
-    assert tests == {("kwker", "pp32"), ("kwker", "tg8"), ("transformers", "pp32"), ("transformers", "tg8")}
+    assert tests == {("kwker", "pp32"), ("kwker", "tg8@d40"), ("transformers", "pp32"), ("transformers", "tg8@d40")}
     assert all(x["tokens_per_s"]["mean"] > 0 and len(x["tokens_per_s"]["values"]) == 2 for x in report["results"])
-    assert set(report["ratios"]) == {"pp32 kwker/transformers", "tg8 kwker/transformers"}
+    assert set(report["ratios"]) == {"pp32 kwker/transformers", "tg8@d40 kwker/transformers"}
     assert report["machine"]["read_gb_s_1_thread"] > 1
     threads = report["threads"]
     assert report["machine"][f"int8_gmacs_{threads}_threads"] > 1
@@ -53,4 +54,4 @@ def test_bench_reports_kwker_and_transformers(smollm2, tmp_path):
     # RSS of kwker alone, measured in a fresh process that freed the float model: below this run's, which holds it
     rss = report["rss_mb"]
     assert 100 < rss["steady_alone"] <= rss["peak_alone"] and rss["steady_alone"] < rss["now"]
-    assert "| kwker | tg8 |" in r.stdout
+    assert "| kwker | tg8@d40 |" in r.stdout
