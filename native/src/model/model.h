@@ -105,7 +105,7 @@ class Model {
   std::vector<Layer> layers_;
   int rope_half_;                // rope_dim / 2
   Buffer rope_cos_, rope_sin_;  // [n_rope][max_cache][rope_half]
-  Buffer cache_k_, cache_v_;    // [slot][layer][kv_head] x (K: [pos/16][hdp][16] panels, V: [pos][hdp])
+  Buffer cache_k_, cache_v_;  // [slot][layer][kv_head] x (K: [pos/16][hdp][16] panels, V: [pos][hdp]) of kv_type
 
   // scratch, [max_step, stride]
   Buffer x_, xn_, q_, k_, v_, qh_, att_, gate_, up_;
