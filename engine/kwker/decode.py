@@ -259,8 +259,9 @@ class KwkDecoder:
 
         Options: do_sample, temperature, top_k, top_p, min_p, repetition_penalty, min_new_tokens, eos_token_id,
         generator (transformers' meanings); lookup=N proposes up to N tokens per step by prompt lookup (default 8,
-        0 turns it off); draft= a KwkDecoder of a small model with the same tokenizer proposes where lookup
-        finds nothing. Neither changes the output."""
+        0 turns it off); draft= a KwkDecoder of a small model with the same tokenizer proposes too: each step takes
+        the source that expects more tokens per unit of time (the draft where lookup finds nothing). Neither changes
+        the output."""
         prompt = self._check_ids(input_ids)
         seq = self.new_sequence(prompt, max_new_tokens, tokenizer=tokenizer, reused=self._reusable_prefix(prompt),
                                 costs=self._solo_costs, **options)

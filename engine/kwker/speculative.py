@@ -5,8 +5,10 @@ so each row's logits are the bits a plain step would give); a proposed token is 
 target itself picks at that position (argmax, or the sample drawn with that position's one uniform number); the
 KV cache keeps the verified prefix and the rest is overwritten later. So the output never depends on proposals.
 
-Sources, and how they combine: prompt lookup first (free: copies the continuation of the latest earlier match of
-the text's last n-gram); the draft model only where lookup has nothing to offer.
+Sources, and how they combine: prompt lookup (free: copies the continuation of the latest earlier match of the
+text's last n-gram) and the draft model each propose as their record of accepted tokens and their cost promise;
+where both have a proposal, the one expecting more tokens per unit of time goes (lookup where the draft does not
+pay, or where its matches are being accepted).
 """
 
 from __future__ import annotations
@@ -129,17 +131,19 @@ class Speculator:
             return self.step_s[fed] / base
         return 1.0 + 0.08 * (fed - 1)
 
-    def _best_k(self, source: str, room: int) -> int:
+    def _ratio(self, source: str, k: int) -> float:
+        """Expected tokens per unit of time (a plain step: 1) when `source` proposes k tokens."""
         a, base = self.accept[source], self.step_s.get(1, 0.0)
         extra = self.draft_token_s / base if source == "draft" and base else 0.0
+        return sum(a**i for i in range(k + 1)) / (self._cost(k + 1) + extra * k)
+
+    def _best_k(self, source: str, room: int) -> int:
         best_k, best = 0, 1.0
-        gain = 1.0
         # Only step sizes already measured, and one more: where a wide step costs nearly as much as several narrow
         # ones (compute-bound formats, big models), proposals grow only as far as they are seen to pay.
         widest = max(self.step_s, default=1)
         for k in range(1, min(self.limit[source], room, widest) + 1):
-            gain += a**k
-            ratio = gain / (self._cost(k + 1) + extra * k)
+            ratio = self._ratio(source, k)
             # a margin for what the model leaves out (Python per draft step, noise); wider for the costlier draft
             if ratio > best * (1.10 if source == "draft" else 1.02):
                 best_k, best = k, ratio
@@ -151,16 +155,20 @@ class Speculator:
         if room <= 0:
             return None, []
         warm = self._plain_steps >= self.PLAIN_WARMUP or self._inherited
+        found: list[int] = []  # lookup's proposal, if it pays
         if self.lookup is not None:
             k = self._best_k("lookup", room) if warm else 0
             cands = self.lookup.propose(tokens, max(k, 1))
             if cands and k:
-                return "lookup", cands
-            if cands:
+                found = cands
+            elif cands:
                 self._shadow = cands[0]
         if self.draft is not None and warm:
             k = self._best_k("draft", room)
-            if k:
+            # the draft where lookup has nothing, or where its own record promises more tokens per unit of time
+            if k and (not found or self._ratio("draft", k) > self._ratio("lookup", len(found))):
+                if found:
+                    self._shadow = found[0]  # lookup keeps learning whether it would have been right
                 t0 = time.perf_counter()
                 cands = self.draft.propose(tokens, k)
                 spent = time.perf_counter() - t0
@@ -170,6 +178,8 @@ class Speculator:
                     if self.draft.behind <= CATCH_UP_TIMED:
                         self.costs.draft_token_s[self._draft_key] = _ema(self.draft_token_s, spent / len(cands))
                     return "draft", cands
+        if found:
+            return "lookup", found
         return None, []
 
     def feedback(self, source: str | None, proposed: int, accepted: int, fed: int, seconds: float,
@@ -182,7 +192,7 @@ class Speculator:
             # accepted successes, then one failure unless everything was accepted
             trials = accepted + (1 if accepted < proposed else 0)
             self.accept[source] = _ema(self.accept[source], accepted / trials, weight=min(0.5, 0.1 * trials))
-        elif self._shadow is not None and next_token is not None:
+        if self._shadow is not None and next_token is not None:
             self.accept["lookup"] = _ema(self.accept["lookup"], float(self._shadow == next_token), weight=0.1)
 
 

@@ -136,3 +136,27 @@ def test_a_draft_cost_measured_by_earlier_sequences_is_not_forgotten():
     costs.draft_token_s[id(draft.draft)] = 0.02  # an earlier sequence found a proposal costs 5 target steps
     assert Speculator(None, draft, costs=costs).propose([1, 2, 3], room=8) == (None, [])
     assert Speculator(None, Draft(), costs=costs).propose([1, 2, 3], room=8)[0] == "draft"  # another draft: tried
+
+
+def test_with_both_sources_the_one_expecting_more_tokens_per_time_proposes():
+    class Draft:
+        name = "draft"
+
+        def __init__(self):
+            self.draft, self.behind = object(), 0
+
+        def propose(self, tokens, k):
+            return [99] * k
+
+    text = [1, 2, 3, 4, 5, 6, 7, 8] * 3 + [1, 2]
+    costs = StepCosts(step_s={fed: 0.004 for fed in range(1, 10)})
+    draft = Draft()
+    costs.draft_token_s[id(draft.draft)] = 0.0004  # a cheap draft
+    spec = Speculator(LookupProposer(), draft, costs=costs)
+    spec.accept.update(lookup=0.9, draft=0.3)  # lookup's matches are being accepted, the draft's tokens are not
+    assert spec.propose(text, room=50)[0] == "lookup"
+    spec.accept.update(lookup=0.3, draft=0.95)  # the other way round
+    source, cands = spec.propose(text, room=50)
+    assert source == "draft" and set(cands) == {99}
+    spec.feedback(source, len(cands), 0, len(cands) + 1, 0.004, next_token=3)  # lookup would have been right
+    assert spec.accept["lookup"] > 0.3  # lookup's record still learns while the draft proposes
