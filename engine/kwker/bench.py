@@ -12,7 +12,6 @@ from __future__ import annotations
 import gc
 import json
 import os
-import resource
 import statistics
 import subprocess
 import sys
@@ -182,17 +181,13 @@ def _steady_rss_child(model_spec, precision, threads, max_cache_len) -> dict:
     del model
     gc.collect()
     dec.generate(tokenizer("The capital of France is", return_tensors="pt").input_ids, max_new_tokens=32)
-    return {"steady": current_rss_mb(), "peak": hwm_rss_mb(), "max_cache_len": max_cache_len}
-
-
-def hwm_rss_mb() -> float:
-    """This process image's RSS high-water mark (VmHWM; unlike ru_maxrss, not inherited from a forking parent)."""
-    with open("/proc/self/status") as f:
-        return next(int(line.split()[1]) for line in f if line.startswith("VmHWM:")) / 1024
+    return {"steady": current_rss_mb(), "peak": peak_rss_mb(), "max_cache_len": max_cache_len}
 
 
 def peak_rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    """This process image's RSS high-water mark (VmHWM; unlike ru_maxrss, not inherited from a forking parent)."""
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmHWM:")) / 1024
 
 
 def current_rss_mb() -> float:

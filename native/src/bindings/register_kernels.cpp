@@ -37,6 +37,20 @@ struct QuantizedRows {
   QRows view() const { return QRows{q.data(), d.data(), dsum.data()}; }
 };
 
+// The rows the kernel of type t reads: quantized for the quantized types (none otherwise).
+QuantizedRows rows_for(WType t, const float* x, int m, int kp) {
+  return QuantizedRows(x, wtype_quantized(t) ? m : 0, kp);
+}
+
+// y [m, np] = x w^T (+ bias) over every panel, by the kernel of w's type (x as given, or as qx for quantized w).
+void run_matmul(const Kernels& kern, WType t, const float* x, const QuantizedRows& qx, int m, int kp, const void* w,
+                int np, float* y, const float* bias) {
+  if (wtype_quantized(t))
+    kern.qmatmul[int(t) - int(WType::Q8)](qx.view(), m, w, kp, 0, np / kPanel, y, np, bias, false);
+  else
+    kern.matmul[int(t)](x, m, kp, w, kp, 0, np / kPanel, y, np, bias, false);
+}
+
 // x: [m, k] float32; w: [n, k] float32 or uint16 (bf16 / f16 bits, by wtype).
 py::array_t<float> kernel_matmul(const std::string& isa, F32Array x, py::array w, int wtype, py::object bias) {
   const Kernels& kern = kernels_select(isa);
@@ -60,13 +74,8 @@ py::array_t<float> kernel_matmul(const std::string& isa, F32Array x, py::array w
   std::vector<float> yp(size_t(m) * np);
   {
     py::gil_scoped_release release;
-    const float* bp = b.empty() ? nullptr : b.data();
-    if (wtype_quantized(t)) {
-      kern.qmatmul[wtype - int(WType::Q8)](QuantizedRows(xp.data(), m, kp).view(), m, wp.data(), kp, 0, np / kPanel,
-                                           yp.data(), np, bp, false);
-    } else {
-      kern.matmul[wtype](xp.data(), m, kp, wp.data(), kp, 0, np / kPanel, yp.data(), np, bp, false);
-    }
+    run_matmul(kern, t, xp.data(), rows_for(t, xp.data(), m, kp), m, kp, wp.data(), np, yp.data(),
+               b.empty() ? nullptr : b.data());
   }
   py::array_t<float> y({m, n});
   for (int r = 0; r < m; r++) std::memcpy(y.mutable_data() + size_t(r) * n, &yp[size_t(r) * np], sizeof(float) * n);
@@ -100,15 +109,12 @@ double kernel_matmul_seconds(const std::string& isa, int m, int n, int k, int wt
   std::vector<char> wp(panel_bytes(t, n, k));
   pack_panels(src, t, n, k, wp.data());
   std::vector<float> yp(size_t(m) * np);
-  const QuantizedRows qx(xp.data(), m, kp);
+  const QuantizedRows qx = rows_for(t, xp.data(), m, kp);
   py::gil_scoped_release release;
   double best = 1e30;
   for (int r = 0; r < repeats; r++) {
     const auto t0 = std::chrono::steady_clock::now();
-    if (wtype_quantized(t))
-      kern.qmatmul[wtype - int(WType::Q8)](qx.view(), m, wp.data(), kp, 0, np / kPanel, yp.data(), np, nullptr, false);
-    else
-      kern.matmul[wtype](xp.data(), m, kp, wp.data(), kp, 0, np / kPanel, yp.data(), np, nullptr, false);
+    run_matmul(kern, t, xp.data(), qx, m, kp, wp.data(), np, yp.data(), nullptr);
     best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
   return best;
@@ -154,9 +160,12 @@ py::array_t<float> kernel_attend(const std::string& isa, F32Array q, F32Array k,
   for (int i = 0; i < n; i++)
     for (int d = 0; d < hd; d++) kp[panel_index(i, d, hdp)] = k.data()[size_t(i) * hd + d];
   if (kv_f16) {
-    std::vector<uint16_t> kh(kp.size()), vh(vp.size());
-    for (size_t i = 0; i < kp.size(); i++) kh[i] = f32_to_f16(kp[i]);
-    for (size_t i = 0; i < vp.size(); i++) vh[i] = f32_to_f16(vp[i]);
+    auto half = [](const std::vector<float>& f) {
+      std::vector<uint16_t> h(f.size());
+      kernels_generic().to_f16(f.data(), h.data(), int(f.size()));
+      return h;
+    };
+    const std::vector<uint16_t> kh = half(kp), vh = half(vp);
     kern.attend[int(KVType::F16)](qp.data(), g, kh.data(), vh.data(), first, n, hdp, scale, scores.data(), out.data());
   } else {
     kern.attend[int(KVType::F32)](qp.data(), g, kp.data(), vp.data(), first, n, hdp, scale, scores.data(), out.data());
