@@ -42,7 +42,8 @@ struct Avx512 {
     return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
   }
   static void store_f16(uint16_t* p, reg a) {
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm512_cvtps_ph(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    const __m256i h = _mm512_cvtps_ph(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), h);
   }
   // Quantized formats: 16 int32 lanes = the 16 rows of a panel; a register of weights holds 4 k-steps of each.
   // vpdpbusd (AVX512_VNNI) adds u8 x s8 products of 4 bytes into int32 without intermediate saturation.

@@ -77,7 +77,8 @@ inline void matmul_tile(const float* x, int ldx, const void* w, int kp, int p, f
 // spilled (Q4 on AVX2: 3, 5, 6 and 9 rows ran at ~50 GMAC/s per core against ~95 for 4 and 8; out of line all run
 // at 82-96). Those are the sizes of speculative verify steps.
 template <class V, WType T, int TB, int NP>
-__attribute__((noinline)) void qmatmul_tile(const QRows& x, int kp, const void* w, int p, float* y, int ldy, const float* bias,
+__attribute__((noinline)) void qmatmul_tile(const QRows& x, int kp, const void* w, int p, float* y, int ldy,
+                                            const float* bias,
                          bool accumulate) {
   using R = typename V::reg;
   using I = typename V::ireg;
@@ -133,7 +134,8 @@ __attribute__((noinline)) void qmatmul_tile(const QRows& x, int kp, const void* 
         I d = dot[t][j];
         if constexpr (T == WType::Q4) d = V::finish_q4(d);
         R a = V::fma(V::mul(dw, V::set1(x.d[xi])), V::cvt(d), V::load(&accm[t][j * V::W]));
-        if constexpr (T == WType::Q4) a = V::fma(V::load_f16(header + kPanel), V::set1(x.dsum[xi]), a);  // the min's term
+        if constexpr (T == WType::Q4)  // the min's term
+          a = V::fma(V::load_f16(header + kPanel), V::set1(x.dsum[xi]), a);
         V::store(&accm[t][j * V::W], a);
       }
     }
@@ -165,8 +167,8 @@ constexpr int kRowBlock = 48;
 
 // The tiling shared by the float and quantized matmuls: tile(Int<ROWS>, Int<NP>, t, p) computes rows
 // [t, t + ROWS) against panels [p, p + NP). One row: NPV panels per tile (enough chains to hide latency); two
-// rows: NP2 (1: the general case). More rows: blocks of kRowBlock rows, each split into balanced tiles of at most TB rows (8 rows: 4 + 4, not 6 + 2,
-// so the weights a tile loads serve more rows), for every panel.
+// rows: NP2 (1: the general case). More rows: blocks of kRowBlock rows, each split into balanced tiles of at most
+// TB rows (8 rows: 4 + 4, not 6 + 2, so the weights a tile loads serve more rows), for every panel.
 template <int TB, int NPV, int NP2, class Tile>
 inline void for_each_tile(int m, int p0, int p1, const Tile& tile) {
   if (m == 1) {

@@ -311,9 +311,10 @@ void Model::step(const int32_t* tokens, const int32_t* slots, const int32_t* pos
       for (int item = a0; item < a1; item++) {
         const int t = item / (c.n_kv_head * blocks), kvh = item / blocks % c.n_kv_head, b = item % blocks;
         const int h0 = kvh * group + b * kMaxAttendHeads, g = std::min(kMaxAttendHeads, group - b * kMaxAttendHeads);
-        kern_->attend[int(c.kv_type)](qh_.as<float>() + (size_t(t) * c.n_head + h0) * hdp_, g, cache_head(cache_k_, slots[t], l, kvh),
-                      cache_head(cache_v_, slots[t], l, kvh), window ? std::max(0, positions[t] + 1 - window) : 0,
-                      positions[t] + 1, hdp_, c.attn_scale, scores, hout);
+        kern_->attend[int(c.kv_type)](qh_.as<float>() + (size_t(t) * c.n_head + h0) * hdp_, g,
+                                      cache_head(cache_k_, slots[t], l, kvh), cache_head(cache_v_, slots[t], l, kvh),
+                                      window ? std::max(0, positions[t] + 1 - window) : 0, positions[t] + 1, hdp_,
+                                      c.attn_scale, scores, hout);
         for (int j = 0; j < g; j++)
           std::memcpy(att_.as<float>() + size_t(t) * qp_ + (h0 + j) * c.head_dim, hout + size_t(j) * hdp_,
                       sizeof(float) * c.head_dim);
