@@ -78,8 +78,7 @@ inline void matmul_tile(const float* x, int ldx, const void* w, int kp, int p, f
 // at 82-96). Those are the sizes of speculative verify steps.
 template <class V, WType T, int TB, int NP>
 __attribute__((noinline)) void qmatmul_tile(const QRows& x, int kp, const void* w, int p, float* y, int ldy,
-                                            const float* bias,
-                         bool accumulate) {
+                                            const float* bias, bool accumulate) {
   using R = typename V::reg;
   using I = typename V::ireg;
   constexpr int RP = kPanel / V::W, J = NP * RP;
