@@ -97,6 +97,14 @@ __attribute__((noinline)) void qmatmul_tile(const QRows& x, int kp, const void* 
     I dot[TB][J];
     fill(dot, V::izero());
     const int8_t* xb = x.q + size_t(b) * kQBlock;
+    // Multi-row tiles are compute-heavy enough that the hardware prefetcher alone leaves the next panel's fetch
+    // to start when it is needed, so memory and compute take turns: ask for the next panel's block now (one
+    // sequence of 5 tokens, int4 SmolLM2: step -10%; 8 sequences: -6.5%; no gain for one row, or for floats).
+    if constexpr (TB > 1) {
+      const uint8_t* next = base + NP * panel_stride + size_t(b) * qblock_bytes(T);
+#pragma GCC unroll 8
+      for (size_t o = 0; o < qblock_bytes(T); o += 64) __builtin_prefetch(next + o);
+    }
 #pragma GCC unroll 1  // unrolled, GCC reassociates the integer sums into a tree and spills every product
     for (int g = 0; g < kQBlock / kQGroup; g++) {
       I wv[J], wa[J];
