@@ -151,6 +151,35 @@ def test_attend_query_result_does_not_depend_on_its_group(isa):
     assert np.array_equal(_native.kernel_attend(isa, q[1:3], k, v, 0.125), together[1:3])
 
 
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("g,ends,first", [
+    (3, [30, 31], [0, 0]),            # two prefill tokens, 3 heads each: 6 rows
+    (1, [5, 6, 7, 8, 9, 10], [0, 0, 0, 0, 0, 0]),  # six tokens of one head
+    (2, [17, 18, 19], [0, 0, 0]),     # keys across a panel edge
+    (2, [40, 41, 42], [8, 9, 10]),    # sliding window: every row starts elsewhere
+    (3, [20, 129], [0, 100]),         # windows with no key in common
+    (1, [1, 2, 3], [0, 0, 0]),        # the first keys of a sequence
+])
+def test_attend_run_of_tokens_gives_each_row_its_own_bits(isa, g, ends, first):
+    """Several query tokens of one sequence in one call (prefill, a verify step): each row is the same bits as
+    when its token is attended alone (and close to float64 attention over its own keys)."""
+    needs(isa)
+    rng = np.random.default_rng(sum(ends) + g)
+    nt, n = len(ends), max(ends)
+    q = rng.standard_normal((g * nt, 64)).astype(np.float32)
+    k = rng.standard_normal((n, 64)).astype(np.float32)
+    v = rng.standard_normal((n, 64)).astype(np.float32)
+    for kv_f16 in (False, True):
+        together = _native.kernel_attend(isa, q, k, v, 0.125, first, kv_f16=kv_f16, ends=ends)
+        for t in range(nt):
+            rows = slice(t * g, (t + 1) * g)
+            alone = _native.kernel_attend(isa, q[rows], k[:ends[t]], v[:ends[t]], 0.125, first[t], kv_f16=kv_f16)
+            assert np.array_equal(together[rows], alone)
+            if not kv_f16:
+                ref, smax = reference_attention(q[rows], k[first[t]:ends[t]], v[first[t]:ends[t]], 0.125)
+                assert np.allclose(alone, ref, rtol=0, atol=2e-5 * np.abs(v).max() * max(1.0, smax))
+
+
 def test_matmul_is_identical_across_isas():
     """Every ISA runs the same FMA chain per output (over k for float weights, over blocks of exact integer dot
     products for quantized ones), so the results match the reference bit for bit."""

@@ -146,19 +146,29 @@ py::array_t<float> kernel_weights(py::array w, int wtype) {
   return out;
 }
 
-// q: [g, hd], k, v: [n, hd]; attends to keys first..n-1; kv_f16: k and v are stored as fp16 first (the cache's
-// fp16 type: rounded to nearest even)
-py::array_t<float> kernel_attend(const std::string& isa, F32Array q, F32Array k, F32Array v, float scale, int first,
-                                 bool kv_f16) {
+// q: [rows, hd], k, v: [n, hd]. One query token (ends empty: its rows attend to keys first[0]..n-1) or
+// len(ends) tokens of rows / len(ends) heads each, token t attending to keys first[t]..ends[t]-1 (first: one value
+// for all, or one per token). kv_f16: k and v are stored as fp16 first (the cache's fp16 type: rounded to nearest
+// even).
+py::array_t<float> kernel_attend(const std::string& isa, F32Array q, F32Array k, F32Array v, float scale,
+                                 py::object first_arg, bool kv_f16, std::vector<int> ends) {
   const Kernels& kern = kernels_select(isa);
-  const int g = int(q.shape(0)), n = int(k.shape(0)), hd = int(k.shape(1)), hdp = pad_to(hd);
-  if (q.ndim() != 2 || q.shape(1) != hd || v.shape(0) != n || v.shape(1) != hd || g < 1 || g > kMaxAttendHeads)
+  std::vector<int> first = py::isinstance<py::int_>(first_arg) ? std::vector<int>{first_arg.cast<int>()}
+                                                                : first_arg.cast<std::vector<int>>();
+  const int rows = int(q.shape(0)), n = int(k.shape(0)), hd = int(k.shape(1)), hdp = pad_to(hd);
+  if (ends.empty()) ends.push_back(n);
+  const int nt = int(ends.size()), g = rows / nt;
+  if (first.size() == 1) first.assign(nt, first[0]);
+  if (q.ndim() != 2 || q.shape(1) != hd || v.shape(0) != n || v.shape(1) != hd || g < 1 || g * nt != rows ||
+      g > kMaxAttendHeads || rows > kMaxAttendRows || int(first.size()) != nt)
     throw std::invalid_argument("shape mismatch");
-  if (first < 0 || first >= n) throw std::invalid_argument("first must be in [0, n)");
-  std::vector<float> qp = pad_rows(q.data(), g, hd, hdp), vp = pad_rows(v.data(), n, hd, hdp);
-  std::vector<float> kp(size_t(pad_to(n, kPanel)) * hdp, 0.f), scores(size_t(g) * pad_to(n)), out(size_t(g) * hdp);
+  for (int t = 0; t < nt; t++)
+    if (first[t] < 0 || first[t] >= ends[t] || ends[t] > n) throw std::invalid_argument("need 0 <= first < end <= n");
+  std::vector<float> qp = pad_rows(q.data(), rows, hd, hdp), vp = pad_rows(v.data(), n, hd, hdp);
+  std::vector<float> kp(size_t(pad_to(n, kPanel)) * hdp, 0.f), scores(size_t(rows) * pad_to(n)), out(size_t(rows) * hdp);
   for (int i = 0; i < n; i++)
     for (int d = 0; d < hd; d++) kp[panel_index(i, d, hdp)] = k.data()[size_t(i) * hd + d];
+  const size_t q_stride = size_t(g) * hdp;
   if (kv_f16) {
     auto half = [](const std::vector<float>& f) {
       std::vector<uint16_t> h(f.size());
@@ -166,12 +176,14 @@ py::array_t<float> kernel_attend(const std::string& isa, F32Array q, F32Array k,
       return h;
     };
     const std::vector<uint16_t> kh = half(kp), vh = half(vp);
-    kern.attend[int(KVType::F16)](qp.data(), g, kh.data(), vh.data(), first, n, hdp, scale, scores.data(), out.data());
+    kern.attend[int(KVType::F16)](qp.data(), g, nt, q_stride, kh.data(), vh.data(), first.data(), ends.data(), hdp,
+                                  scale, scores.data(), out.data());
   } else {
-    kern.attend[int(KVType::F32)](qp.data(), g, kp.data(), vp.data(), first, n, hdp, scale, scores.data(), out.data());
+    kern.attend[int(KVType::F32)](qp.data(), g, nt, q_stride, kp.data(), vp.data(), first.data(), ends.data(), hdp,
+                                  scale, scores.data(), out.data());
   }
-  py::array_t<float> r({g, hd});
-  for (int j = 0; j < g; j++) std::memcpy(r.mutable_data() + size_t(j) * hd, &out[size_t(j) * hdp], sizeof(float) * hd);
+  py::array_t<float> r({rows, hd});
+  for (int j = 0; j < rows; j++) std::memcpy(r.mutable_data() + size_t(j) * hd, &out[size_t(j) * hdp], sizeof(float) * hd);
   return r;
 }
 
@@ -228,7 +240,7 @@ void register_kernels(py::module_& m) {
   m.def("kernel_weights", &kernel_weights, py::arg("w"), py::arg("wtype"));
   m.def("kernel_quantized_activations", &kernel_quantized_activations, py::arg("x"));
   m.def("kernel_attend", &kernel_attend, py::arg("isa"), py::arg("q"), py::arg("k"), py::arg("v"), py::arg("scale"),
-        py::arg("first") = 0, py::arg("kv_f16") = false);
+        py::arg("first") = 0, py::arg("kv_f16") = false, py::arg("ends") = std::vector<int>{});
   m.def("kernel_to_f16", &kernel_to_f16, py::arg("isa"), py::arg("x"));
   m.def("kernel_glu", &kernel_glu, py::arg("isa"), py::arg("gate"), py::arg("up"), py::arg("activation") = 0,
         "act(gate) * up; activation 0: silu, 1: gelu_pytorch_tanh");

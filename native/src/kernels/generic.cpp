@@ -314,26 +314,27 @@ float kv_value(const void* p, size_t i) {
 }
 
 template <class KV>
-void attend_generic(const float* q, int g, const void* k, const void* v, int first, int n, int hdp, float scale,
-                    float* scores, float* out) {
-  for (int j = 0; j < g; j++) {
-    const float* qj = q + size_t(j) * hdp;
-    float* s = scores + size_t(j) * pad_to(n);
+void attend_generic(const float* q, int g, int nt, size_t q_stride, const void* k, const void* v, const int* first,
+                    const int* n, int hdp, float scale, float* scores, float* out) {
+  for (int j = 0; j < g * nt; j++) {
+    const int t = j / g, f = first[t], e = n[t];
+    const float* qj = q + t * q_stride + size_t(j % g) * hdp;
+    float* s = scores + size_t(j) * pad_to(e);
     float mx = -std::numeric_limits<float>::infinity();
-    for (int i = first; i < n; i++) {
+    for (int i = f; i < e; i++) {
       float dot = 0.f;
       for (int d = 0; d < hdp; d++) dot += qj[d] * kv_value<KV>(k, panel_index(i, d, hdp));
       s[i] = dot * scale;
       mx = std::fmax(mx, s[i]);
     }
     float sum = 0.f;
-    for (int i = first; i < n; i++) {
+    for (int i = f; i < e; i++) {
       s[i] = std::exp(s[i] - mx);
       sum += s[i];
     }
     float* o = out + size_t(j) * hdp;
     for (int c = 0; c < hdp; c++) o[c] = 0.f;
-    for (int i = first; i < n; i++) {
+    for (int i = f; i < e; i++) {
       const float p = s[i] / sum;
       for (int c = 0; c < hdp; c++) o[c] += p * kv_value<KV>(v, size_t(i) * hdp + c);
     }

@@ -67,17 +67,19 @@ void quantize_rows(const float* x, int m, int ldx, int kp, int8_t* q, float* d, 
 using QMatmulFn = void (*)(const QRows& x, int m, const void* w, int kp, int p0, int p1, float* y, int ldy,
                            const float* bias, bool accumulate);
 
-// Causal attention of g query heads that share one KV head, over keys first..n-1 (first > 0: a sliding window):
-//   out[j] = sum_i softmax_i(scale * q[j] . k_i) v_i
-//   q: [g, hdp]; k: the head's key panels [.., hdp, kPanel] (key i, dim d at ((i / kPanel) * hdp + d) * kPanel +
-//   i % kPanel); v: [n, hdp]; scores: scratch [g, pad_to(n)]; out: [g, hdp]. Keys and values are float32 or fp16
+// Causal attention over one KV head for nt query tokens of one sequence, each with the g query heads that share
+// that KV head (rows = g * nt <= kMaxAttendRows). Row j is head j % g of token j / g, at
+// q + (j / g) * q_stride + (j % g) * hdp; token t attends to keys first[t]..n[t]-1 (first > 0: a sliding window):
+//   out[j] = sum_i softmax_i(scale * q_j . k_i) v_i
+//   k: the head's key panels [.., hdp, kPanel] (key i, dim d at ((i / kPanel) * hdp + d) * kPanel + i % kPanel);
+//   v: [max n, hdp]; scores: scratch [rows, pad_to(max n)]; out: [rows, hdp]. Keys and values are float32 or fp16
 //   (the KV cache's element type, KVType), read as float32.
-// Each (query, key) score is one FMA chain over d, each output column one FMA chain over i: the result for a
-// query does not depend on which other queries share the call.
+// Each (query, key) score is one FMA chain over d, each output column one FMA chain over the row's keys in order:
+// a row's result does not depend on which other rows share the call.
 enum class KVType : int { F32 = 0, F16 = 1 };
 constexpr int kKVTypes = 2;
-using AttendFn = void (*)(const float* q, int g, const void* k, const void* v, int first, int n, int hdp,
-                          float scale, float* scores, float* out);
+using AttendFn = void (*)(const float* q, int g, int nt, size_t q_stride, const void* k, const void* v,
+                          const int* first, const int* n, int hdp, float scale, float* scores, float* out);
 
 // out[i] = fp16 bits of x[i] rounded to nearest even (as f32_to_f16), i < n.
 using ToF16Fn = void (*)(const float* x, uint16_t* out, int n);
@@ -132,7 +134,8 @@ float panel_value(const void* packed, WType t, int kp, int r, int c);
 inline size_t panel_index(int r, int c, int kp) { return (size_t(r / kPanel) * kp + c) * kPanel + r % kPanel; }
 // Quantized weight (row r, column c) of a packed Q8/Q4 matrix: the integer q, the block's scale and min (0 for Q8).
 int panel_q(const void* packed, WType t, int kp, int r, int c, float* scale, float* min);
-// Largest number of query heads one attend() call takes.
+// Largest number of query heads of one token, and of rows in all, that one attend() call takes.
 constexpr int kMaxAttendHeads = 4;
+constexpr int kMaxAttendRows = 6;
 
 }  // namespace kwker

@@ -1,7 +1,7 @@
 // The SIMD kernels, written once over a vector-traits class V and instantiated per ISA (avx2.cpp, avx512.cpp).
 //
 // V provides: reg, W (floats per register), TB (tokens per register tile in the multi-row matmul), NP_GEMV
-// (panels per tile when m == 1), zero/load/store/set1/fma/add/mul/div/sub/min/max/round/pow2i, hsum (a fixed
+// (panels per tile when m == 1), zero/load/store/set1/fma/add/mul/div/sub/min/max/round/pow2i, hmax, hsum (a fixed
 // reduction tree), exp, load_w<WType> (W float-format weights as floats), load_f16 (W fp16 values), store_f16 (W
 // floats as fp16, rounded to nearest even); and for the
 // quantized formats an integer register ireg of W int32 lanes (one per output row): TBQ / NPQ_GEMV (tile shapes),
@@ -233,9 +233,10 @@ inline typename V::reg load_kv(const KV* p) {
   else return V::load_f16(p);
 }
 
-// Scores of G queries against the keys of panels [pi, pi + PB): one chain per (query, key) over d.
+// Scores of G query rows against the keys of panels [pi, pi + PB): one chain per (query, key) over d.
 template <class V, class KV, int G, int PB>
-inline void attend_scores(const float* q, int hdp, const KV* k, int pi, float scale, float* scores, int ns) {
+inline void attend_scores(const float* const (&q)[G], int hdp, const KV* k, int pi, float scale, float* scores,
+                          int ns) {
   using R = typename V::reg;
   constexpr int RP = kPanel / V::W;
   R acc[G][PB * RP];
@@ -247,7 +248,7 @@ inline void attend_scores(const float* q, int hdp, const KV* k, int pi, float sc
     for (int r = 0; r < PB * RP; r++) kv[r] = load_kv<V>(kb + (size_t(r / RP) * hdp + d) * kPanel + (r % RP) * V::W);
 #pragma GCC unroll 16
     for (int j = 0; j < G; j++) {
-      R qb = V::set1(q[size_t(j) * hdp + d]);
+      R qb = V::set1(q[j][d]);
 #pragma GCC unroll 16
       for (int r = 0; r < PB * RP; r++) acc[j][r] = V::fma(qb, kv[r], acc[j][r]);
     }
@@ -260,13 +261,17 @@ inline void attend_scores(const float* q, int hdp, const KV* k, int pi, float sc
       V::store(scores + size_t(j) * ns + (pi + r / RP) * kPanel + (r % RP) * V::W, V::mul(acc[j][r], vs));
 }
 
-// out[j, c0 .. c0 + CB * W) = sum_i p[j, i] v[i, ...]: one chain per (query, column) over i.
+// out[j, c0 .. c0 + CB * W) += sum_{i0 <= i < i1} p[j, i] v[i, ...] for G rows (p and out rows ns and hdp apart):
+// each (row, column) continues its chain over i, in order, from the value in out.
 template <class V, class KV, int G, int CB>
-inline void attend_values(const float* p, int ns, const KV* v, int first, int n, int hdp, int c0, float* out) {
+inline void attend_values(const float* p, int ns, const KV* v, int i0, int i1, int hdp, int c0, float* out) {
   using R = typename V::reg;
   R acc[G][CB];
-  fill(acc, V::zero());
-  for (int i = first; i < n; i++) {
+#pragma GCC unroll 16
+  for (int j = 0; j < G; j++)
+#pragma GCC unroll 16
+    for (int c = 0; c < CB; c++) acc[j][c] = V::load(out + size_t(j) * hdp + c0 + c * V::W);
+  for (int i = i0; i < i1; i++) {
     R vv[CB];
 #pragma GCC unroll 16
     for (int c = 0; c < CB; c++) vv[c] = load_kv<V>(v + size_t(i) * hdp + c0 + c * V::W);
@@ -283,41 +288,96 @@ inline void attend_values(const float* p, int ns, const KV* v, int first, int n,
     for (int c = 0; c < CB; c++) V::store(out + size_t(j) * hdp + c0 + c * V::W, acc[j][c]);
 }
 
+// The values pass over keys [i0, i1) for G rows, every column.
 template <class V, class KV, int G>
-void attend_heads(const float* q, const KV* k, const KV* v, int first, int n, int hdp, float scale,
-                  float* scores, float* out) {
-  // Scores are indexed by key position; the first panel may start before `first` (lanes never used).
-  const int ns = pad_to(n), np = ns / kPanel, p0 = first / kPanel;
+inline void attend_values_rows(const float* p, int ns, const KV* v, int i0, int i1, int hdp, float* out) {
+  if (i0 >= i1) return;
+  constexpr int CB = G == 1 ? 8 : (G == 2 ? 4 : 2);  // enough chains to hide the FMA latency
+  int c = 0;
+  for (; c + CB * V::W <= hdp; c += CB * V::W) attend_values<V, KV, G, CB>(p, ns, v, i0, i1, hdp, c, out);
+  for (; c < hdp; c += V::W) attend_values<V, KV, G, 1>(p, ns, v, i0, i1, hdp, c, out);
+}
+
+// max of s[f..e), e > f.
+template <class V>
+inline float row_max(const float* s, int f, int e) {
+  int i = f;
+  float mx = s[i];
+  if (e - f >= V::W) {
+    typename V::reg m = V::load(s + f);
+    for (i = f + V::W; i + V::W <= e; i += V::W) m = V::max(m, V::load(s + i));
+    mx = V::hmax(m);
+  }
+  for (; i < e; i++) mx = std::max(mx, s[i]);
+  return mx;
+}
+
+// sum of s[f..e): W lanes over whole registers from f, in order per lane, then the fixed tree of hsum, then the
+// rest one by one. The order depends on f and e alone.
+template <class V>
+inline float row_sum(const float* s, int f, int e) {
+  typename V::reg acc = V::zero();
+  int i = f;
+  for (; i + V::W <= e; i += V::W) acc = V::add(acc, V::load(s + i));
+  float sum = V::hsum(acc);
+  for (; i < e; i++) sum += s[i];
+  return sum;
+}
+
+// G = g * nt rows: the g heads of nt query tokens (see AttendFn). One pass over the keys every row needs serves
+// them all (each key and value is loaded once per call); a row's own chains, and so its result, are those it has
+// alone: scores of keys outside its range are computed but never read, and its values chain runs over its keys in
+// order (its own first keys, the keys all rows share, then its own last keys).
+template <class V, class KV, int G>
+void attend_rows(const float* q, int g, size_t q_stride, const KV* k, const KV* v, const int* first, const int* n,
+                 int hdp, float scale, float* scores, float* out) {
+  const float* qr[G];
+  int lo = 0, hi = 1 << 30, fmin = 1 << 30, nmax = 0;
+  for (int j = 0; j < G; j++) {
+    const int t = j / g;
+    qr[j] = q + t * q_stride + size_t(j % g) * hdp;
+    lo = std::max(lo, first[t]), hi = std::min(hi, n[t]);
+    fmin = std::min(fmin, first[t]), nmax = std::max(nmax, n[t]);
+  }
+  // Scores are indexed by key position; the first panel may start before a row's first key (lanes never used).
+  const int ns = pad_to(nmax), np = pad_to(nmax, kPanel) / kPanel, p0 = fmin / kPanel;
   constexpr int PB = G == 1 ? 3 : (G == 2 ? 2 : 1);  // enough chains to hide the FMA latency
   int pi = p0;
-  for (; pi + PB <= np; pi += PB) attend_scores<V, KV, G, PB>(q, hdp, k, pi, scale, scores, ns);
-  for (; pi < np; pi++) attend_scores<V, KV, G, 1>(q, hdp, k, pi, scale, scores, ns);
-  for (int j = 0; j < G; j++) {  // softmax over keys first..n-1 (other lanes of their panels are never used)
+  for (; pi + PB <= np; pi += PB) attend_scores<V, KV, G, PB>(qr, hdp, k, pi, scale, scores, ns);
+  for (; pi < np; pi++) attend_scores<V, KV, G, 1>(qr, hdp, k, pi, scale, scores, ns);
+  for (int j = 0; j < G; j++) {  // softmax over the row's keys (other lanes of their panels are never used)
+    const int f = first[j / g], e = n[j / g];
     float* s = scores + size_t(j) * ns;
-    float mx = s[first];
-    for (int i = first + 1; i < n; i++) mx = std::max(mx, s[i]);
-    const typename V::reg vmx = V::set1(mx);
-    for (int i = p0 * kPanel; i < ns; i += V::W) V::store(s + i, V::exp(V::sub(V::load(s + i), vmx)));
-    float sum = 0.f;
-    for (int i = first; i < n; i++) sum += s[i];
-    const typename V::reg vsum = V::set1(sum);
-    for (int i = p0 * kPanel; i < ns; i += V::W) V::store(s + i, V::div(V::load(s + i), vsum));
+    const typename V::reg vmx = V::set1(row_max<V>(s, f, e));
+    for (int i = f / kPanel * kPanel; i < pad_to(e); i += V::W) V::store(s + i, V::exp(V::sub(V::load(s + i), vmx)));
+    const typename V::reg vsum = V::set1(row_sum<V>(s, f, e));
+    for (int i = f / kPanel * kPanel; i < pad_to(e); i += V::W) V::store(s + i, V::div(V::load(s + i), vsum));
+    for (int c = 0; c < hdp; c += V::W) V::store(out + size_t(j) * hdp + c, V::zero());
   }
-  constexpr int CB = G == 1 ? 8 : (G == 2 ? 4 : 2);
-  int c = 0;
-  for (; c + CB * V::W <= hdp; c += CB * V::W) attend_values<V, KV, G, CB>(scores, ns, v, first, n, hdp, c, out);
-  for (; c < hdp; c += V::W) attend_values<V, KV, G, 1>(scores, ns, v, first, n, hdp, c, out);
+  if (lo < hi) {
+    for (int j = 0; j < G; j++)
+      attend_values_rows<V, KV, 1>(scores + size_t(j) * ns, ns, v, first[j / g], lo, hdp, out + size_t(j) * hdp);
+    attend_values_rows<V, KV, G>(scores, ns, v, lo, hi, hdp, out);
+    for (int j = 0; j < G; j++)
+      attend_values_rows<V, KV, 1>(scores + size_t(j) * ns, ns, v, hi, n[j / g], hdp, out + size_t(j) * hdp);
+  } else {  // no key that every row attends to (sliding windows far apart)
+    for (int j = 0; j < G; j++)
+      attend_values_rows<V, KV, 1>(scores + size_t(j) * ns, ns, v, first[j / g], n[j / g], hdp,
+                                   out + size_t(j) * hdp);
+  }
 }
 
 template <class V, class KV>
-void attend(const float* q, int g, const void* kp, const void* vp, int first, int n, int hdp, float scale,
-            float* scores, float* out) {
+void attend(const float* q, int g, int nt, size_t q_stride, const void* kp, const void* vp, const int* first,
+            const int* n, int hdp, float scale, float* scores, float* out) {
   const KV *k = static_cast<const KV*>(kp), *v = static_cast<const KV*>(vp);
-  switch (g) {
-    case 1: return attend_heads<V, KV, 1>(q, k, v, first, n, hdp, scale, scores, out);
-    case 2: return attend_heads<V, KV, 2>(q, k, v, first, n, hdp, scale, scores, out);
-    case 3: return attend_heads<V, KV, 3>(q, k, v, first, n, hdp, scale, scores, out);
-    case 4: return attend_heads<V, KV, 4>(q, k, v, first, n, hdp, scale, scores, out);
+  switch (g * nt) {
+    case 1: return attend_rows<V, KV, 1>(q, g, q_stride, k, v, first, n, hdp, scale, scores, out);
+    case 2: return attend_rows<V, KV, 2>(q, g, q_stride, k, v, first, n, hdp, scale, scores, out);
+    case 3: return attend_rows<V, KV, 3>(q, g, q_stride, k, v, first, n, hdp, scale, scores, out);
+    case 4: return attend_rows<V, KV, 4>(q, g, q_stride, k, v, first, n, hdp, scale, scores, out);
+    case 5: return attend_rows<V, KV, 5>(q, g, q_stride, k, v, first, n, hdp, scale, scores, out);
+    case 6: return attend_rows<V, KV, 6>(q, g, q_stride, k, v, first, n, hdp, scale, scores, out);
   }
 }
 

@@ -65,8 +65,9 @@ Model::Model(const Config& cfg, int n_rope, const float* rope_cos, const float* 
   qd_ = Buffer(sizeof(float) * S * maxp / kQBlock);
   qdsum_ = Buffer(sizeof(float) * S * maxp / kQBlock);
   logits_ = Buffer(sizeof(float) * max_rows_ * pad_to(cfg.vocab));
-  scores_ = Buffer(sizeof(float) * pool_.size() * kMaxAttendHeads * pad_to(max_cache_len));
-  head_out_ = Buffer(sizeof(float) * pool_.size() * kMaxAttendHeads * hdp_);
+  scores_ = Buffer(sizeof(float) * pool_.size() * kMaxAttendRows * pad_to(max_cache_len));
+  head_out_ = Buffer(sizeof(float) * pool_.size() * kMaxAttendRows * hdp_);
+  attend_runs_.reserve(max_step_tokens + 1);
 }
 
 void Model::set_matrix(const std::string& name, const void* data, WType type, int n, int k, const float* bias) {
@@ -281,6 +282,14 @@ void Model::step(const int32_t* tokens, const int32_t* slots, const int32_t* pos
   const int group = c.n_head / c.n_kv_head;
   float* x = x_.as<float>();
   float* xn = xn_.as<float>();
+  // Attention takes a KV head's query heads in blocks of at most kMaxAttendHeads (balanced: 6 -> 3 + 3) and, per
+  // call, a run of consecutive tokens of one sequence (prefill, a verify step), as many as make kMaxAttendRows rows:
+  // each key and value is loaded once for all of them.
+  const int blocks = (group + kMaxAttendHeads - 1) / kMaxAttendHeads;
+  const int run_max = std::max(1, kMaxAttendRows / ((group + blocks - 1) / blocks));
+  attend_runs_.assign(1, 0);
+  for (int t = 1; t <= T; t++)
+    if (t == T || slots[t] != slots[t - 1] || t - attend_runs_.back() == run_max) attend_runs_.push_back(t);
 
   pool_.run([&](int tid) {
     auto [t0, t1] = pool_.split(T, tid);
@@ -303,21 +312,28 @@ void Model::step(const int32_t* tokens, const int32_t* slots, const int32_t* pos
       rope_and_cache(l, slots, positions, t0, t1);
       pool_.barrier();
 
-      // Work items: (token, block of up to kMaxAttendHeads query heads sharing one KV head).
-      const int blocks = (group + kMaxAttendHeads - 1) / kMaxAttendHeads, window = c.layer_window[l];
-      auto [a0, a1] = pool_.split(T * c.n_kv_head * blocks, tid);
-      float* scores = scores_.as<float>() + size_t(tid) * kMaxAttendHeads * pad_to(max_cache_);
-      float* hout = head_out_.as<float>() + size_t(tid) * kMaxAttendHeads * hdp_;
-      for (int item = a0; item < a1; item++) {
-        const int t = item / (c.n_kv_head * blocks), kvh = item / blocks % c.n_kv_head, b = item % blocks;
-        const int h0 = kvh * group + b * kMaxAttendHeads, g = std::min(kMaxAttendHeads, group - b * kMaxAttendHeads);
-        kern_->attend[int(c.kv_type)](qh_.as<float>() + (size_t(t) * c.n_head + h0) * hdp_, g,
-                                      cache_head(cache_k_, slots[t], l, kvh), cache_head(cache_v_, slots[t], l, kvh),
-                                      window ? std::max(0, positions[t] + 1 - window) : 0, positions[t] + 1, hdp_,
-                                      c.attn_scale, scores, hout);
-        for (int j = 0; j < g; j++)
-          std::memcpy(att_.as<float>() + size_t(t) * qp_ + (h0 + j) * c.head_dim, hout + size_t(j) * hdp_,
-                      sizeof(float) * c.head_dim);
+      // Work items: (run, KV head, block of the query heads sharing it), dealt round robin: a prefill's later tokens
+      // attend to more keys, so contiguous shares were unequal (pp512 -9..13%).
+      const int window = c.layer_window[l];
+      float* scores = scores_.as<float>() + size_t(tid) * kMaxAttendRows * pad_to(max_cache_);
+      float* hout = head_out_.as<float>() + size_t(tid) * kMaxAttendRows * hdp_;
+      const int runs = int(attend_runs_.size()) - 1;
+      for (int item = tid; item < runs * c.n_kv_head * blocks; item += pool_.size()) {
+        const int run = item / (c.n_kv_head * blocks), kvh = item / blocks % c.n_kv_head, b = item % blocks;
+        const int t0r = attend_runs_[run], nt = attend_runs_[run + 1] - t0r;
+        const int h0 = kvh * group + b * group / blocks, g = kvh * group + (b + 1) * group / blocks - h0;
+        int first[kMaxAttendRows], n[kMaxAttendRows];
+        for (int i = 0; i < nt; i++) {
+          n[i] = positions[t0r + i] + 1;
+          first[i] = window ? std::max(0, n[i] - window) : 0;
+        }
+        kern_->attend[int(c.kv_type)](qh_.as<float>() + (size_t(t0r) * c.n_head + h0) * hdp_, g, nt,
+                                      size_t(c.n_head) * hdp_, cache_head(cache_k_, slots[t0r], l, kvh),
+                                      cache_head(cache_v_, slots[t0r], l, kvh), first, n, hdp_, c.attn_scale, scores,
+                                      hout);
+        for (int j = 0; j < g * nt; j++)
+          std::memcpy(att_.as<float>() + size_t(t0r + j / g) * qp_ + (h0 + j % g) * c.head_dim,
+                      hout + size_t(j) * hdp_, sizeof(float) * c.head_dim);
       }
       pool_.barrier();
       if (wtype_quantized(L.wo.type)) {

@@ -111,7 +111,8 @@ class Model {
   Buffer x_, xn_, q_, k_, v_, qh_, att_, gate_, up_;
   Buffer qx_, qd_, qdsum_;  // quantized activations: [max_step, max kp] int8, [max_step, max kp / kQBlock] x2
   Buffer logits_;  // [max_out_rows, vocab_stride]
-  Buffer scores_, head_out_;  // per thread: [kMaxAttendHeads][pad(max_cache)], [kMaxAttendHeads][hdp]
+  Buffer scores_, head_out_;  // per thread: [kMaxAttendRows][pad(max_cache)], [kMaxAttendRows][hdp]
+  std::vector<int> attend_runs_;  // the step's runs of tokens attended together: starts, then T
 };
 
 }  // namespace kwker
