@@ -82,20 +82,23 @@ class DraftProposer:
 
 @dataclass
 class StepCosts:
-    """What speculation measures about a decoder rather than a text, as moving averages: the target's step time
-    per number of fed tokens, and each draft's time per proposed token (by id of the draft decoder). A decoder
-    hands one to the sequences it runs one after another, so that each starts from what the earlier ones
-    measured."""
+    """What speculation measures about a decoder rather than a text, as moving averages: the target's 1-token step
+    time, and relative to it, the time of a step that feeds more tokens (by their number) and each draft's time per
+    proposed token (by id of the draft decoder). Relative costs are measured against the 1-token average of the
+    moment, so that a machine that slows down or speeds up (shared, noisy) moves both alike and a size measured long
+    ago keeps its meaning. A decoder hands one to the sequences it runs one after another, so that each starts
+    from what the earlier ones measured."""
 
-    step_s: dict[int, float] = field(default_factory=dict)
-    draft_token_s: dict[int, float] = field(default_factory=dict)
+    step1_s: float = 0.0
+    relative: dict[int, float] = field(default_factory=dict)  # fed tokens (2+) -> step time / 1-token step
+    draft_token: dict[int, float] = field(default_factory=dict)  # id(draft) -> time per token / 1-token step
 
 
 class Speculator:
     """Chooses a source and how many tokens to propose, by expected tokens per unit of time.
 
     Per source it keeps an estimate of the chance that the next proposed token is accepted (`a`, moving average);
-    per number of fed tokens it keeps the measured step time. Proposing k tokens yields 1 + a + a^2 + ... + a^k
+    per number of fed tokens, the step time relative to a 1-token step. Proposing k tokens yields 1 + a + a^2 + ... + a^k
     tokens for the cost of a (k+1)-token step (plus k draft steps for the draft): it proposes the k with the best
     ratio, and nothing when no k beats a plain step. Until the 1-token step that every other cost is relative to has
     been measured, steps are plain (without it a draft's cost would look free). The costs can come from earlier
@@ -112,36 +115,35 @@ class Speculator:
         self.limit = {"lookup": lookup_max, "draft": draft_max}
         self.accept = {"lookup": 0.5, "draft": 0.6}  # prior chance that a proposed token is accepted
         self.costs = costs if costs is not None else StepCosts()
-        self.step_s = self.costs.step_s  # fed tokens -> moving average of the step time
-        self._inherited = 1 in self.step_s  # an earlier sequence measured the 1-token step: no plain warm-up
+        self._inherited = self.costs.step1_s > 0  # an earlier sequence measured the 1-token step: no plain warm-up
         self._draft_key = id(draft.draft) if draft is not None else None
         self.draft_s = 0.0
         self._shadow: int | None = None  # lookup's first proposal, when it was not made
         self._plain_steps = 0
 
     @property
-    def draft_token_s(self) -> float:
-        """Moving average of the draft's time per proposed token (0 before it was measured)."""
-        return self.costs.draft_token_s.get(self._draft_key, 0.0)
+    def draft_cost(self) -> float:
+        """The draft's time per proposed token relative to a 1-token target step (0 before it was measured)."""
+        return self.costs.draft_token.get(self._draft_key, 0.0)
 
     def _cost(self, fed: int) -> float:
-        """Step time of `fed` tokens relative to a 1-token step (a mild prior for the one size not yet measured)."""
-        base = self.step_s.get(1)
-        if base and fed in self.step_s:
-            return self.step_s[fed] / base
-        return 1.0 + 0.08 * (fed - 1)
+        """Step time of `fed` tokens relative to a 1-token step: the cheapest measured size at least as wide (a
+        wider step is not cheaper, which keeps one noisy measurement from ruling a size out), else a mild prior."""
+        if fed == 1:
+            return 1.0
+        wider = [r for f, r in self.costs.relative.items() if f >= fed]
+        return max(1.0, min(wider)) if wider else 1.0 + 0.08 * (fed - 1)
 
     def _ratio(self, source: str, k: int) -> float:
         """Expected tokens per unit of time (a plain step: 1) when `source` proposes k tokens."""
-        a, base = self.accept[source], self.step_s.get(1, 0.0)
-        extra = self.draft_token_s / base if source == "draft" and base else 0.0
-        return sum(a**i for i in range(k + 1)) / (self._cost(k + 1) + extra * k)
+        extra = self.draft_cost if source == "draft" else 0.0
+        return sum(self.accept[source]**i for i in range(k + 1)) / (self._cost(k + 1) + extra * k)
 
     def _best_k(self, source: str, room: int) -> int:
         best_k, best = 0, 1.0
         # Only step sizes already measured, and one more: where a wide step costs nearly as much as several narrow
         # ones (compute-bound formats, big models), proposals grow only as far as they are seen to pay.
-        widest = max(self.step_s, default=1)
+        widest = max(self.costs.relative, default=1)
         for k in range(1, min(self.limit[source], room, widest) + 1):
             ratio = self._ratio(source, k)
             # a margin for what the model leaves out (Python per draft step, noise); wider for the costlier draft
@@ -176,7 +178,8 @@ class Speculator:
                 if cands:
                     # the marginal cost of proposing: not a long catch-up (the prompt, a run of lookup tokens)
                     if self.draft.behind <= CATCH_UP_TIMED:
-                        self.costs.draft_token_s[self._draft_key] = _ema(self.draft_token_s, spent / len(cands))
+                        self.costs.draft_token[self._draft_key] = _ema(self.draft_cost,
+                                                                       spent / len(cands) / self.costs.step1_s)
                     return "draft", cands
         if found:
             return "lookup", found
@@ -186,8 +189,11 @@ class Speculator:
                  next_token: int | None) -> None:
         """After a verify step: what was accepted, how long the step took, and the first new token (for the
         shadow check of lookup)."""
-        self.step_s[fed] = _ema(self.step_s.get(fed, 0.0), seconds)
-        self._plain_steps += fed == 1
+        if fed == 1:
+            self.costs.step1_s = _ema(self.costs.step1_s, seconds)
+            self._plain_steps += 1
+        elif self.costs.step1_s:
+            self.costs.relative[fed] = _ema(self.costs.relative.get(fed, 0.0), seconds / self.costs.step1_s)
         if source is not None and proposed:
             # accepted successes, then one failure unless everything was accepted
             trials = accepted + (1 if accepted < proposed else 0)

@@ -101,8 +101,8 @@ def test_step_times_measured_by_earlier_sequences_let_a_new_one_propose_at_once(
     fresh = Speculator(LookupProposer(), None, lookup_max=8)
     assert fresh.propose(text, room=50) == (None, [])  # no 1-token step measured yet: a plain step first
     # a decoder whose steps cost the same from 1 to 9 tokens (the costs its earlier sequences measured)
-    measured = {fed: 0.004 for fed in range(1, 10)}
-    spec = Speculator(LookupProposer(), None, lookup_max=8, costs=StepCosts(step_s=measured))
+    measured = {fed: 1.0 for fed in range(2, 10)}
+    spec = Speculator(LookupProposer(), None, lookup_max=8, costs=StepCosts(step1_s=0.004, relative=measured))
     source, cands = spec.propose(text, room=50)
     assert source == "lookup" and len(cands) > 2 and cands == [4, 5, 6, 7, 8, 9, 10, 11][:len(cands)]
     # a sequence on its own measures the 1-token step first, and then tries one token more at a time
@@ -110,13 +110,28 @@ def test_step_times_measured_by_earlier_sequences_let_a_new_one_propose_at_once(
         fresh.feedback(None, 0, 0, 1, 0.004, None)
     assert fresh.propose(text, room=50) == ("lookup", [4])
     spec.feedback(source, len(cands), len(cands), len(cands) + 1, 0.005, None)
-    assert measured[len(cands) + 1] > 0.004  # what this sequence measures serves the next ones
+    assert measured[len(cands) + 1] > 1.0  # what this sequence measures serves the next ones
+
+
+def test_step_costs_are_relative_to_the_one_token_step_of_their_moment():
+    """A machine that slows down after a size was measured does not make that size look cheap (relative costs),
+    and one noisy measurement of a narrow step does not rule it out while a wider one was seen to be cheaper."""
+    costs = StepCosts()
+    spec = Speculator(LookupProposer(), None, costs=costs)
+    spec.feedback(None, 0, 0, 1, 0.004, None)
+    spec.feedback("lookup", 3, 3, 4, 0.005, None)  # a 4-token step at 1.25 one-token steps
+    for _ in range(20):  # the machine slows down by half
+        spec.feedback(None, 0, 0, 1, 0.008, None)
+    assert costs.relative[4] == pytest.approx(1.25) and spec._cost(4) == pytest.approx(1.25)
+    spec.feedback("lookup", 1, 1, 2, 0.024, None)  # one 2-token step hit by noise: 3 one-token steps
+    assert spec._cost(2) == pytest.approx(1.25)  # no wider step was dearer than 1.25: neither is this one
+    assert spec._cost(5) == pytest.approx(1.0 + 0.08 * 4)  # wider than anything measured: the prior
 
 
 def test_a_decoder_shares_step_times_between_its_generations(target):
     dec = KwkDecoder(target, max_cache_len=128)
     first = run(dec, REPEATS)
-    assert 1 in dec._solo_costs.step_s and max(dec._solo_costs.step_s) > 1  # plain and verify steps were timed
+    assert dec._solo_costs.step1_s > 0 and dec._solo_costs.relative  # plain and verify steps were timed
     dec.reset()
     assert torch.equal(run(dec, REPEATS), first)  # the shared costs change only how it proposes
 
@@ -131,9 +146,9 @@ def test_a_draft_cost_measured_by_earlier_sequences_is_not_forgotten():
         def propose(self, tokens, k):
             return [7] * k
 
-    draft, costs = Draft(), StepCosts(step_s={1: 0.004, 2: 0.0045, 3: 0.005})
+    draft, costs = Draft(), StepCosts(step1_s=0.004, relative={2: 1.125, 3: 1.25})
     assert Speculator(None, draft, costs=costs).propose([1, 2, 3], room=8)[0] == "draft"  # not measured: tried
-    costs.draft_token_s[id(draft.draft)] = 0.02  # an earlier sequence found a proposal costs 5 target steps
+    costs.draft_token[id(draft.draft)] = 5.0  # an earlier sequence found a proposal costs 5 target steps
     assert Speculator(None, draft, costs=costs).propose([1, 2, 3], room=8) == (None, [])
     assert Speculator(None, Draft(), costs=costs).propose([1, 2, 3], room=8)[0] == "draft"  # another draft: tried
 
@@ -149,9 +164,9 @@ def test_with_both_sources_the_one_expecting_more_tokens_per_time_proposes():
             return [99] * k
 
     text = [1, 2, 3, 4, 5, 6, 7, 8] * 3 + [1, 2]
-    costs = StepCosts(step_s={fed: 0.004 for fed in range(1, 10)})
+    costs = StepCosts(step1_s=0.004, relative={fed: 1.0 for fed in range(2, 10)})
     draft = Draft()
-    costs.draft_token_s[id(draft.draft)] = 0.0004  # a cheap draft
+    costs.draft_token[id(draft.draft)] = 0.1  # a cheap draft
     spec = Speculator(LookupProposer(), draft, costs=costs)
     spec.accept.update(lookup=0.9, draft=0.3)  # lookup's matches are being accepted, the draft's tokens are not
     assert spec.propose(text, room=50)[0] == "lookup"
