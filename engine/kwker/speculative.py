@@ -108,6 +108,11 @@ class Speculator:
     comes back when the text starts repeating."""
 
     PLAIN_WARMUP = 2  # plain steps measured before anything is proposed
+    # A draft whose record does not pay is still probed now and then, as if its tokens were accepted this often
+    # (its record may be a prior or come from another kind of text): PROBE_GAP steps after its last proposal that
+    # was not wholly accepted, twice as long after each such probe; right after a wholly accepted one.
+    PROBE_ACCEPT = 0.9
+    PROBE_GAP = 8
 
     def __init__(self, lookup: LookupProposer | None, draft: DraftProposer | None, lookup_max: int = 8,
                  draft_max: int = 8, costs: StepCosts | None = None):
@@ -120,6 +125,8 @@ class Speculator:
         self.draft_s = 0.0
         self._shadow: int | None = None  # lookup's first proposal, when it was not made
         self._plain_steps = 0
+        self._steps = 0
+        self._probe_gap, self._next_probe, self._probing = self.PROBE_GAP, 0, False
 
     @property
     def draft_cost(self) -> float:
@@ -134,18 +141,19 @@ class Speculator:
         wider = [r for f, r in self.costs.relative.items() if f >= fed]
         return max(1.0, min(wider)) if wider else 1.0 + 0.08 * (fed - 1)
 
-    def _ratio(self, source: str, k: int) -> float:
+    def _ratio(self, source: str, k: int, accept: float | None = None) -> float:
         """Expected tokens per unit of time (a plain step: 1) when `source` proposes k tokens."""
+        a = self.accept[source] if accept is None else accept
         extra = self.draft_cost if source == "draft" else 0.0
-        return sum(self.accept[source]**i for i in range(k + 1)) / (self._cost(k + 1) + extra * k)
+        return sum(a**i for i in range(k + 1)) / (self._cost(k + 1) + extra * k)
 
-    def _best_k(self, source: str, room: int) -> int:
+    def _best_k(self, source: str, room: int, accept: float | None = None) -> int:
         best_k, best = 0, 1.0
         # Only step sizes already measured, and one more: where a wide step costs nearly as much as several narrow
         # ones (compute-bound formats, big models), proposals grow only as far as they are seen to pay.
         widest = max(self.costs.relative, default=1)
         for k in range(1, min(self.limit[source], room, widest) + 1):
-            ratio = self._ratio(source, k)
+            ratio = self._ratio(source, k, accept)
             # a margin for what the model leaves out (Python per draft step, noise); wider for the costlier draft
             if ratio > best * (1.10 if source == "draft" else 1.02):
                 best_k, best = k, ratio
@@ -165,8 +173,12 @@ class Speculator:
                 found = cands
             elif cands:
                 self._shadow = cands[0]
+        self._probing = False
         if self.draft is not None and warm:
             k = self._best_k("draft", room)
+            if not k and not found and self._steps >= self._next_probe:
+                k = self._best_k("draft", room, accept=self.PROBE_ACCEPT)
+                self._probing = k > 0
             # the draft where lookup has nothing, or where its own record promises more tokens per unit of time
             if k and (not found or self._ratio("draft", k) > self._ratio("lookup", len(found))):
                 if found:
@@ -194,10 +206,15 @@ class Speculator:
             self._plain_steps += 1
         elif self.costs.step1_s:
             self.costs.relative[fed] = _ema(self.costs.relative.get(fed, 0.0), seconds / self.costs.step1_s)
+        self._steps += 1
         if source is not None and proposed:
             # accepted successes, then one failure unless everything was accepted
             trials = accepted + (1 if accepted < proposed else 0)
             self.accept[source] = _ema(self.accept[source], accepted / trials, weight=min(0.5, 0.1 * trials))
+        if source == "draft":
+            if accepted < proposed and self._probing:
+                self._probe_gap *= 2
+            self._next_probe = self._steps + (self._probe_gap if accepted < proposed else 0)
         if self._shadow is not None and next_token is not None:
             self.accept["lookup"] = _ema(self.accept["lookup"], float(self._shadow == next_token), weight=0.1)
 

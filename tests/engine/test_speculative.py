@@ -153,6 +153,41 @@ def test_a_draft_cost_measured_by_earlier_sequences_is_not_forgotten():
     assert Speculator(None, Draft(), costs=costs).propose([1, 2, 3], room=8)[0] == "draft"  # another draft: tried
 
 
+def test_a_draft_that_does_not_pay_on_its_record_is_probed_with_backoff():
+    class Draft:
+        name = "draft"
+
+        def __init__(self):
+            self.draft, self.behind = object(), 99  # always catching up: its proposals are not timed
+
+
+        def propose(self, tokens, k):
+            return [7] * k
+
+    draft = Draft()
+    costs = StepCosts(step1_s=0.004, relative={fed: 1.1 for fed in range(2, 10)})
+    costs.draft_token[id(draft.draft)] = 0.35
+    spec = Speculator(None, draft, costs=costs)
+    spec.accept["draft"] = 0.4  # a record on which it does not pay
+    assert spec._best_k("draft", 8) == 0
+    source, cands = spec.propose([1, 2, 3], room=8)
+    assert source == "draft" and cands  # probed at once
+    spec.feedback(source, len(cands), len(cands), len(cands) + 1, 0.0045, None)  # wholly accepted
+    source, cands = spec.propose([1, 2, 3], room=8)
+    assert source == "draft" and spec._best_k("draft", 8) == 0  # so probed again (its record does not pay yet)
+    spec.feedback(source, len(cands), 0, len(cands) + 1, 0.0045, None)  # rejected: the gap doubles
+    gaps = []
+    for _ in range(3):  # then, while its record stays low, probes only after 16, 32, 64 steps
+        steps = 0
+        spec.accept["draft"] = 0.4
+        while spec.propose([1, 2, 3], room=8)[0] is None:
+            spec.feedback(None, 0, 0, 1, 0.004, None)
+            steps += 1
+        spec.feedback("draft", 2, 0, 3, 0.0045, None)
+        gaps.append(steps)
+    assert gaps == [16, 32, 64]
+
+
 def test_with_both_sources_the_one_expecting_more_tokens_per_time_proposes():
     class Draft:
         name = "draft"
