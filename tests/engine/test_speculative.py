@@ -60,7 +60,8 @@ def test_seeded_sampling_same_with_self_draft_in_bf16(target):
 
 def test_self_draft_accepts_every_token(target, monkeypatch):
     # a self-draft never pays for its time, so the speculator would soon stop asking it: make it always propose 4
-    monkeypatch.setattr(Speculator, "_best_k", lambda self, source, room: min(4, room) if source == "draft" else 0)
+    monkeypatch.setattr(Speculator, "_best_k",
+                        lambda self, source, room, accept=None: min(4, room) if source == "draft" else 0)
     dec = KwkDecoder(target, max_cache_len=128)
     same = KwkDecoder(target, max_cache_len=128)
     run(dec, PLAIN, lookup=0, draft=same)
