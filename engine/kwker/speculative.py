@@ -98,12 +98,13 @@ class Speculator:
     """Chooses a source and how many tokens to propose, by expected tokens per unit of time.
 
     Per source it keeps an estimate of the chance that the next proposed token is accepted (`a`, moving average);
-    per number of fed tokens, the step time relative to a 1-token step. Proposing k tokens yields 1 + a + a^2 + ... + a^k
-    tokens for the cost of a (k+1)-token step (plus k draft steps for the draft): it proposes the k with the best
-    ratio, and nothing when no k beats a plain step. Until the 1-token step that every other cost is relative to has
-    been measured, steps are plain (without it a draft's cost would look free). The costs can come from earlier
-    sequences (`costs`, see StepCosts): a generation then starts with the widths and the draft cost they measured
-    instead of growing its proposals from one token and trying the draft as if it were free.
+    per number of fed tokens, the step time relative to a 1-token step. Proposing k tokens yields
+    1 + a + a^2 + ... + a^k tokens for the cost of a (k+1)-token step (plus k draft steps for the draft): it
+    proposes the k with the best ratio, and nothing when no k beats a plain step. Until the 1-token step that every
+    other cost is relative to has been measured, steps are plain (without it a draft's cost would look free). The
+    costs can come from earlier sequences (`costs`, see StepCosts): a generation then starts with the widths and
+    the draft cost they measured instead of growing its proposals from one token and trying the draft as if it were
+    free.
     While lookup is not proposing it still checks, for free, whether its proposal would have been right, so it
     comes back when the text starts repeating."""
 

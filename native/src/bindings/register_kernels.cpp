@@ -165,7 +165,8 @@ py::array_t<float> kernel_attend(const std::string& isa, F32Array q, F32Array k,
   for (int t = 0; t < nt; t++)
     if (first[t] < 0 || first[t] >= ends[t] || ends[t] > n) throw std::invalid_argument("need 0 <= first < end <= n");
   std::vector<float> qp = pad_rows(q.data(), rows, hd, hdp), vp = pad_rows(v.data(), n, hd, hdp);
-  std::vector<float> kp(size_t(pad_to(n, kPanel)) * hdp, 0.f), scores(size_t(rows) * pad_to(n)), out(size_t(rows) * hdp);
+  std::vector<float> kp(size_t(pad_to(n, kPanel)) * hdp, 0.f), scores(size_t(rows) * pad_to(n)),
+      out(size_t(rows) * hdp);
   for (int i = 0; i < n; i++)
     for (int d = 0; d < hd; d++) kp[panel_index(i, d, hdp)] = k.data()[size_t(i) * hd + d];
   const size_t q_stride = size_t(g) * hdp;
@@ -183,7 +184,8 @@ py::array_t<float> kernel_attend(const std::string& isa, F32Array q, F32Array k,
                                   scale, scores.data(), out.data());
   }
   py::array_t<float> r({rows, hd});
-  for (int j = 0; j < rows; j++) std::memcpy(r.mutable_data() + size_t(j) * hd, &out[size_t(j) * hdp], sizeof(float) * hd);
+  for (int j = 0; j < rows; j++)
+    std::memcpy(r.mutable_data() + size_t(j) * hd, &out[size_t(j) * hdp], sizeof(float) * hd);
   return r;
 }
 
