@@ -7,7 +7,9 @@ import torch
 
 from kwker import _native
 
-ISAS = ["generic", "avx2", "avx512"]
+# The AVX-512 source runs natively where the CPU has AVX-512, else compiled on SIMDe's portable intrinsics.
+AVX512 = "avx512" if _native.isa_supported("avx512") else "avx512-emulated"
+ISAS = ["generic", "avx2", AVX512]
 SIZES = [1, 3, 7, 17, 31, 33, 127, 129]
 WTYPES = {"f32": (0, torch.float32), "bf16": (1, torch.bfloat16), "f16": (2, torch.float16), "q8": (3, None),
           "q4": (4, None)}

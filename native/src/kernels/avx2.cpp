@@ -52,6 +52,7 @@ struct Avx2 {
   // tokens per quantized tile: 5 x 2 dot products + weights, |weights|, x (m = 5, 9: ~10% over 4-token tiles)
   static constexpr int TBQ = 5;
   static constexpr int NPQ_GEMV = 4;  // panels per quantized GEMV tile (1-token int4 step 3.6-4.0 ms vs 4.0-4.8 with 2, noisy)
+  static void pin(ireg& a) { asm("" : "+v"(a)); }  // keeps a in a register (see qmatmul_tile)
   static ireg izero() { return _mm256_setzero_si256(); }
   static reg cvt(ireg a) { return _mm256_cvtepi32_ps(a); }
   static ireg bcast4(const int8_t* p) {

@@ -4,6 +4,12 @@
 
 #include "simd_kernels.h"
 
+#ifndef KWKER_AVX512_ENTRY  // avx512_emulated.cpp compiles this file again under other names
+#define KWKER_AVX512_ENTRY kernels_avx512
+#define KWKER_AVX512_NAME "avx512"
+#define KWKER_AVX512_PIN(a) asm("" : "+v"(a))
+#endif
+
 namespace kwker {
 namespace {
 
@@ -51,6 +57,7 @@ struct Avx512 {
   using ireg = __m512i;
   static constexpr int TBQ = 12;
   static constexpr int NPQ_GEMV = 4;
+  static void pin(ireg& a) { KWKER_AVX512_PIN(a); }  // keeps a in a register (see qmatmul_tile)
   static ireg izero() { return _mm512_setzero_si512(); }
   static reg cvt(ireg a) { return _mm512_cvtepi32_ps(a); }
   static ireg bcast4(const int8_t* p) {
@@ -90,8 +97,8 @@ struct Avx512 {
 
 }  // namespace
 
-const Kernels& kernels_avx512() {
-  static const Kernels k = simd::make_kernels<Avx512>("avx512");
+const Kernels& KWKER_AVX512_ENTRY() {
+  static const Kernels k = simd::make_kernels<Avx512>(KWKER_AVX512_NAME);
   return k;
 }
 

@@ -104,6 +104,7 @@ struct Kernels {
 const Kernels& kernels_generic();
 const Kernels& kernels_avx2();
 const Kernels& kernels_avx512();
+const Kernels& kernels_avx512_emulated();  // avx512.cpp on SIMDe: only in builds with KWKER_AVX512_EMULATED
 
 bool isa_supported(const std::string& isa);
 // The best ISA this CPU runs, or the one KWKER_ISA names (an error if the CPU lacks it).

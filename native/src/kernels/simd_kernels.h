@@ -127,7 +127,7 @@ __attribute__((noinline)) void qmatmul_tile(const QRows& x, int kp, const void* 
 #pragma GCC unroll 16
       for (int t = 0; t < TB; t++)
 #pragma GCC unroll 16
-        for (int j = 0; j < J; j++) asm("" : "+v"(dot[t][j]));
+        for (int j = 0; j < J; j++) V::pin(dot[t][j]);
     }
     // Per row register: its scales (and mins) meet every token's sums (loaded here, not all at once: held across the
     // tile they would be spilled).

@@ -1,0 +1,94 @@
+// The AVX-512 kernels (avx512.cpp, unchanged) compiled against SIMDe's portable implementations of the intrinsics,
+// so that the source an AVX-512 machine runs is tested, result for result, on machines without AVX-512. Built only
+// where SIMDe's headers are found (the simde-py build requirement); its ISA, "avx512-emulated", is for tests and is
+// never chosen by itself. Intrinsics a SIMDe release lacks are defined below, element by element, with the semantics
+// of Intel's reference (round to nearest even where the hardware rounds by MXCSR's default).
+#define SIMDE_ENABLE_NATIVE_ALIASES
+#include <simde/x86/avx512.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "kernels.h"
+
+namespace kwker {
+namespace emulated {
+
+template <class T, class V>
+inline void to_array(V v, T* out) { __builtin_memcpy(out, &v, sizeof(V)); }
+template <class V, class T>
+inline V from_array(const T* in) {
+  V v;
+  __builtin_memcpy(&v, in, sizeof(V));
+  return v;
+}
+
+inline simde__m512 cvtepi32_ps(simde__m512i a) {
+  int32_t v[16];
+  float r[16];
+  to_array(a, v);
+  for (int i = 0; i < 16; i++) r[i] = float(v[i]);
+  return from_array<simde__m512>(r);
+}
+inline simde__m512i cvtps_epi32(simde__m512 a) {
+  float v[16];
+  int32_t r[16];
+  to_array(a, v);
+  for (int i = 0; i < 16; i++) r[i] = int32_t(std::nearbyint(v[i]));
+  return from_array<simde__m512i>(r);
+}
+inline simde__m512i cvtepu16_epi32(simde__m256i a) {
+  uint16_t v[16];
+  int32_t r[16];
+  to_array(a, v);
+  for (int i = 0; i < 16; i++) r[i] = v[i];
+  return from_array<simde__m512i>(r);
+}
+inline simde__m512 cvtph_ps(simde__m256i a) {
+  uint16_t v[16];
+  float r[16];
+  to_array(a, v);
+  for (int i = 0; i < 16; i++) r[i] = f16_to_f32(v[i]);
+  return from_array<simde__m512>(r);
+}
+inline simde__m256i cvtps_ph(simde__m512 a, int) {  // the kernels ask for round to nearest even only
+  float v[16];
+  uint16_t r[16];
+  to_array(a, v);
+  for (int i = 0; i < 16; i++) r[i] = f32_to_f16(v[i]);
+  return from_array<simde__m256i>(r);
+}
+inline float reduce_max_ps(simde__m512 a) {
+  float v[16];
+  to_array(a, v);
+  float m = v[0];
+  for (int i = 1; i < 16; i++) m = v[i] > m ? v[i] : m;
+  return m;
+}
+
+}  // namespace emulated
+}  // namespace kwker
+
+#ifndef _mm512_cvtepi32_ps
+#define _mm512_cvtepi32_ps kwker::emulated::cvtepi32_ps
+#endif
+#ifndef _mm512_cvtps_epi32
+#define _mm512_cvtps_epi32 kwker::emulated::cvtps_epi32
+#endif
+#ifndef _mm512_cvtepu16_epi32
+#define _mm512_cvtepu16_epi32 kwker::emulated::cvtepu16_epi32
+#endif
+#ifndef _mm512_cvtph_ps
+#define _mm512_cvtph_ps kwker::emulated::cvtph_ps
+#endif
+#ifndef _mm512_cvtps_ph
+#define _mm512_cvtps_ph kwker::emulated::cvtps_ph
+#endif
+#ifndef _mm512_reduce_max_ps
+#define _mm512_reduce_max_ps kwker::emulated::reduce_max_ps
+#endif
+
+#define KWKER_AVX512_ENTRY kernels_avx512_emulated
+#define KWKER_AVX512_NAME "avx512-emulated"
+#define KWKER_AVX512_PIN(a) asm("" : "+m"(a))  // SIMDe's vectors are structs: in memory, not one register
+#include "avx512.cpp"
