@@ -27,6 +27,11 @@ from kwker import _native
 # llama.cpp formats run beside each precision: int4 against Q4_0 (symmetric, 4.5 bits, the issue's peer) and Q4_1
 # (scale + min per block of 32, 5 bits: the same kind of format as kwker's int4)
 GGUF_FORMATS = {None: ["F32"], "fp32": ["F32"], "bf16": ["BF16"], "balanced": ["Q8_0"], "int4": ["Q4_0", "Q4_1"]}
+# The GGUF a model came from also runs as a peer, as it is, when kwker's precision keeps all its matrices exactly
+# (int4 keeps Q4_1 grids and Q8_0, balanced Q8_0): both engines then compute with the same weights and read the
+# same bytes. The formats above are written from its dequantized weights, so they can lose quality: see
+# `kwker bench --quality --vs llama.cpp`.
+SOURCE_KEPT = {None: {"F32"}, "fp32": {"F32"}, "bf16": {"BF16"}, "balanced": {"Q8_0"}, "int4": {"Q4_1", "Q8_0"}}
 TORCH_DTYPE = {None: torch.float32, "fp32": torch.float32, "bf16": torch.bfloat16}
 
 
@@ -132,6 +137,13 @@ class LlamaCppEngine:
         return (n - 1) / (time.perf_counter() - t0)
 
 
+def gguf_matrix_types(path) -> set[str]:
+    """The storage types of a GGUF's matrices (F32 norms and biases left out)."""
+    import gguf
+
+    return {t.tensor_type.name for t in gguf.GGUFReader(path).tensors if len(t.shape) >= 2}
+
+
 def _gguf_matrix_bytes(path) -> int:
     import gguf
 
@@ -221,13 +233,14 @@ def run(model_spec=None, precision=None, threads=None, repeats=5, pp=512, tg=128
             if src is None:
                 out("llama.cpp: no GGUF of these weights to convert from: skipped")
                 continue
-            for fmt in GGUF_FORMATS[precision]:
-                gguf_path = peer_gguf(src, fmt)
-                try:
-                    engines.append(LlamaCppEngine(gguf_path, threads, n_ctx, fmt))
-                except ImportError:
-                    out("llama.cpp: llama-cpp-python is not installed (pip install 'kwker[bench]'): skipped")
-                    break
+            types = gguf_matrix_types(src)
+            runs = [(peer_gguf(src, fmt), fmt) for fmt in GGUF_FORMATS[precision]]
+            if types <= SOURCE_KEPT[precision]:
+                runs.append((src, f"{'+'.join(sorted(types))} (source file)"))
+            try:
+                engines += [LlamaCppEngine(path, threads, n_ctx, fmt) for path, fmt in runs]
+            except ImportError:
+                out("llama.cpp: llama-cpp-python is not installed (pip install 'kwker[bench]'): skipped")
         else:
             raise ValueError(f"unknown peer {peer!r} (transformers, llama.cpp)")
     out(f"model: {name}, precision {precision or 'model dtype'}, threads {threads}, kwker reads "

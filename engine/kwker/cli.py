@@ -64,7 +64,8 @@ def cmd_bench(args) -> int:
     if args.quality:
         from kwker import quality
 
-        rows = quality.run(args.model, threads=args.threads)
+        peers = [p.strip() for p in args.vs.split(",") if p.strip()]
+        rows = quality.run(args.model, threads=args.threads, peers=peers)
         if args.json:
             Path(args.json).write_text(json.dumps(rows, indent=2))
         return 0

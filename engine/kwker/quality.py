@@ -1,7 +1,9 @@
 """What each precision costs in quality: perplexity on a fixed public-domain text (shipped in the package), mean
 KL divergence of the next-token distribution from the fp32 model's, and how often the top token agrees with fp32's.
 
-`kwker bench --quality [MODEL]` prints the table; the tests bound it on the real SmolLM2-135M."""
+`kwker bench --quality [MODEL]` prints the table; the tests bound it on the real SmolLM2-135M. With `--vs llama.cpp`
+the table also has llama.cpp's formats of the same weights (those `kwker bench --vs llama.cpp` runs), scored against
+the same fp32 reference."""
 
 from __future__ import annotations
 
@@ -17,7 +19,9 @@ def text() -> str:
     return resources.files("kwker.resources").joinpath("texts/public_domain.txt").read_text(encoding="utf-8")
 
 
-def measure(model, tokenizer, precisions=PRECISIONS, max_tokens: int = 512, threads: int | None = None) -> list[dict]:
+def measure(model, tokenizer, precisions=PRECISIONS, max_tokens: int = 512, threads: int | None = None,
+            ggufs: dict | None = None) -> list[dict]:
+    """One row per kwker precision, then one per llama.cpp GGUF of ggufs ({name: path}), all against kwker fp32."""
     from kwker.decode import KwkDecoder
 
     ids = tokenizer(text(), return_tensors="pt")["input_ids"][0, :max_tokens]
@@ -29,25 +33,57 @@ def measure(model, tokenizer, precisions=PRECISIONS, max_tokens: int = 512, thre
 
     reference = log_probs("fp32")
     rows = []
-    for precision in precisions:
-        logp = reference if precision == "fp32" else log_probs(precision)
+
+    def row(name, logp):
         nll = -logp[:-1].gather(1, targets[:, None]).mean()
         kl = (reference.exp() * (reference - logp)).sum(-1).mean()
         top1 = (reference.argmax(-1) == logp.argmax(-1)).double().mean()
-        rows.append({"precision": precision, "tokens": len(ids), "perplexity": float(nll.exp()),
+        rows.append({"precision": name, "tokens": len(ids), "perplexity": float(nll.exp()),
                      "mean_kl_vs_fp32": float(kl), "top1_agreement_vs_fp32": float(top1)})
+
+    for precision in precisions:
+        row(precision, reference if precision == "fp32" else log_probs(precision))
+    for name, path in (ggufs or {}).items():
+        row(name, llama_cpp_log_probs(path, ids.tolist(), threads))
     return rows
 
 
-def run(model_spec=None, threads=None, out=print) -> list[dict]:
+def llama_cpp_log_probs(path, ids: list[int], threads: int | None = None) -> torch.Tensor:
+    """llama.cpp's next-token log-probabilities after each of ids (one prefill with every row's logits)."""
+    import numpy as np
+    from llama_cpp import Llama
+
+    llm = Llama(model_path=str(path), n_ctx=len(ids), n_batch=len(ids), n_ubatch=len(ids), logits_all=True,
+                n_threads=threads, n_threads_batch=threads, verbose=False)
+    llm.eval(ids)
+    logp = torch.from_numpy(np.array(llm.scores[:len(ids)])).double().log_softmax(-1)
+    llm.close()
+    return logp
+
+
+def llama_cpp_ggufs(model_spec) -> dict:
+    """{row name: path} of the GGUFs `kwker bench --vs llama.cpp` runs for these weights ({} without a source GGUF)."""
+    from kwker.bench import GGUF_FORMATS, peer_gguf
+    from kwker.models.loader import source_gguf
+
+    src = source_gguf(model_spec)
+    if src is None:
+        return {}
+    formats = dict.fromkeys(f for fmts in GGUF_FORMATS.values() for f in fmts)
+    return {f"llama.cpp {fmt}": peer_gguf(src, fmt) for fmt in formats} | {"llama.cpp source file": src}
+
+
+def run(model_spec=None, threads=None, out=print, peers=()) -> list[dict]:
     from kwker.models.loader import DEFAULT_MODEL, load_model
 
     model, tokenizer = load_model(model_spec, dtype=torch.float32)
-    rows = measure(model, tokenizer, threads=threads)
+    ggufs = llama_cpp_ggufs(model_spec) if {"llama.cpp", "llamacpp", "llama_cpp"} & set(peers) else {}
+    rows = measure(model, tokenizer, threads=threads, ggufs=ggufs)
     out(f"model: {model_spec or DEFAULT_MODEL}, text: {rows[0]['tokens']} tokens of public-domain prose")
-    out("| precision | perplexity | mean KL vs fp32 (nats) | top-1 agreement vs fp32 |")
+    out("| weights | perplexity | mean KL vs fp32 (nats) | top-1 agreement vs fp32 |")
     out("|---|---|---|---|")
     for r in rows:
-        out(f"| {r['precision']} | {r['perplexity']:.3f} | {r['mean_kl_vs_fp32']:.4f} | "
+        name = r["precision"] if r["precision"].startswith("llama.cpp") else f"kwker {r['precision']}"
+        out(f"| {name} | {r['perplexity']:.3f} | {r['mean_kl_vs_fp32']:.4f} | "
             f"{r['top1_agreement_vs_fp32']:.1%} |")
     return rows
