@@ -66,6 +66,9 @@ Model::Model(const Config& cfg, int n_rope, const float* rope_cos, const float* 
   qdsum_ = Buffer(sizeof(float) * S * maxp / kQBlock);
   logits_ = Buffer(sizeof(float) * max_rows_ * pad_to(cfg.vocab));
   scores_ = Buffer(sizeof(float) * pool_.size() * kMaxAttendRows * pad_to(max_cache_len));
+  n_counters_ = 8 * cfg.n_layer + 8;  // 7 matmuls per layer and the head; beyond: static shares
+  next_panel_ = std::make_unique<Counter[]>(size_t(n_counters_) * pool_.size());
+  matmuls_entered_ = std::make_unique<Counter[]>(pool_.size());
   head_out_ = Buffer(sizeof(float) * pool_.size() * kMaxAttendRows * hdp_);
   attend_runs_.reserve(max_step_tokens + 1);
 }
@@ -264,14 +267,34 @@ void Model::quantize_for(const Matrix& m, const float* x, int ldx, int t0, int t
 
 void Model::matmul_part(const Matrix& m, const float* x, int rows, int ldx, float* y, int ldy, bool accumulate,
                         int tid) {
-  auto [p0, p1] = pool_.split(pad_to(m.n, kPanel) / kPanel, tid);
-  if (p0 >= p1) return;
-  if (wtype_quantized(m.type)) {
-    const QRows q{qx_.as<int8_t>(), qd_.as<float>(), qdsum_.as<float>()};
-    kern_->qmatmul[int(m.type) - int(WType::Q8)](q, rows, m.data.as<void>(), m.kp, p0, p1, y, ldy, m.bias_ptr(),
-                                                 accumulate);
-  } else {
-    kern_->matmul[int(m.type)](x, rows, ldx, m.data.as<void>(), m.kp, p0, p1, y, ldy, m.bias_ptr(), accumulate);
+  auto run = [&](int p0, int p1) {
+    if (wtype_quantized(m.type)) {
+      const QRows q{qx_.as<int8_t>(), qd_.as<float>(), qdsum_.as<float>()};
+      kern_->qmatmul[int(m.type) - int(WType::Q8)](q, rows, m.data.as<void>(), m.kp, p0, p1, y, ldy, m.bias_ptr(),
+                                                   accumulate);
+    } else {
+      kern_->matmul[int(m.type)](x, rows, ldx, m.data.as<void>(), m.kp, p0, p1, y, ldy, m.bias_ptr(), accumulate);
+    }
+  };
+  const int panels = pad_to(m.n, kPanel) / kPanel;
+  const int call = matmuls_entered_[tid].value.fetch_add(1, std::memory_order_relaxed);
+  if (call >= n_counters_) {  // not expected (7 matmuls per layer): static shares
+    auto [p0, p1] = pool_.split(panels, tid);
+    if (p0 < p1) run(p0, p1);
+    return;
+  }
+  // Each thread takes chunks of its own share first (from its own counter: no contention), then helps the others
+  // finish theirs (the same counters: a chunk is claimed once). Counters count the panels claimed of a share. On
+  // this shared 2-vCPU host one thread often runs slower than the other; helping it (alternating A/B per step,
+  // medians): bf16 8 sequences -8%, 128-token prefill -12%, balanced pp512 -7%, int4 unchanged. Which thread
+  // computes a panel does not change its bits.
+  const int n = pool_.size(), chunk = 4;  // 4 panels: a GEMV tile
+  Counter* claimed = &next_panel_[size_t(call) * n];
+  for (int i = 0; i < n; i++) {
+    const int u = (tid + i) % n;
+    const auto [begin, end] = pool_.split(panels, u);
+    for (int p0; (p0 = begin + claimed[u].value.fetch_add(chunk, std::memory_order_relaxed)) < end;)
+      run(p0, std::min(end, p0 + chunk));
   }
 }
 
@@ -291,6 +314,8 @@ void Model::step(const int32_t* tokens, const int32_t* slots, const int32_t* pos
   for (int t = 1; t <= T; t++)
     if (t == T || slots[t] != slots[t - 1] || t - attend_runs_.back() == run_max) attend_runs_.push_back(t);
 
+  for (int i = 0; i < n_counters_ * pool_.size(); i++) next_panel_[i].value.store(0, std::memory_order_relaxed);
+  for (int i = 0; i < pool_.size(); i++) matmuls_entered_[i].value.store(0, std::memory_order_relaxed);
   pool_.run([&](int tid) {
     auto [t0, t1] = pool_.split(T, tid);
     for (int t = t0; t < t1; t++) {

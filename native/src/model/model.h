@@ -5,6 +5,9 @@
 // an embedding scale, partial rotary dims, and per layer a sliding window and a rope table.
 #pragma once
 
+#include <atomic>
+#include <memory>
+
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -91,7 +94,8 @@ class Model {
   void store_kv(const float* x, char* dst, int stride) const;
   // Quantizes rows [t0, t1) of x (row length kp) into qx_ when `m` takes quantized activations.
   void quantize_for(const Matrix& m, const float* x, int ldx, int t0, int t1);
-  // This thread's share of y = x w^T for `rows` rows. A quantized matrix reads the rows quantize_for wrote.
+  // This thread's part of y = x w^T for `rows` rows (its share of the panels, then what it takes of the others'
+  // unfinished shares). A quantized matrix reads the rows quantize_for wrote.
   void matmul_part(const Matrix& m, const float* x, int rows, int ldx, float* y, int ldy, bool accumulate, int tid);
 
   Config cfg_;
@@ -113,6 +117,15 @@ class Model {
   Buffer logits_;  // [max_out_rows, vocab_stride]
   Buffer scores_, head_out_;  // per thread: [kMaxAttendRows][pad(max_cache)], [kMaxAttendRows][hdp]
   std::vector<int> attend_runs_;  // the step's runs of tokens attended together: starts, then T
+  // Matmuls hand their panels out in chunks: the i-th matmul of a step has one counter per thread's share
+  // (next_panel_[i * threads + share]: panels claimed of that share), and each thread counts the matmuls it has
+  // entered (all threads enter the same ones, in the same order). Reset at the start of every step.
+  struct alignas(64) Counter {
+    std::atomic<int> value{0};
+  };
+  std::unique_ptr<Counter[]> next_panel_;
+  int n_counters_ = 0;
+  std::unique_ptr<Counter[]> matmuls_entered_;  // per thread
 };
 
 }  // namespace kwker
