@@ -298,3 +298,28 @@ def test_activation_quantization_bound(k):
 def test_unknown_isa_is_a_clear_error():
     with pytest.raises(ValueError, match="unknown ISA"):
         _native.kernel_glu("sse9", np.zeros(3, np.float32), np.zeros(3, np.float32))
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("k", SIZES)
+def test_activation_quantization_is_identical_across_isas(isa, k):
+    """The quantized matmuls' activations: every ISA's quantization gives the reference's bytes (levels, scales,
+    sums), including ties at half a level, all-zero blocks and values of very different magnitudes."""
+    needs(isa)
+    rng = np.random.default_rng(k + 7)
+    x = (rng.standard_normal((9, k)) * np.exp(rng.uniform(-20, 20, (9, 1)))).astype(np.float32)
+    x[1] = 0.0  # every block of a row zero
+    x[2, : min(k, 32)] = np.arange(min(k, 32)) - 15.5  # with max 127 the step is 1: ties, rounded to even
+    x[2, 0] = 127.0
+    q, d, dsum = _native.kernel_quantize(isa, x)
+    rq, rd, rdsum = _native.kernel_quantize("generic", x)
+    assert np.array_equal(q, rq) and np.array_equal(d.view(np.uint32), rd.view(np.uint32))
+    assert np.array_equal(dsum.view(np.uint32), rdsum.view(np.uint32))
+    blocks = np.zeros((9, q.shape[1]), np.float32)
+    blocks[:, :k] = x
+    blocks = blocks.reshape(9, -1, 32)
+    assert np.array_equal(d, np.abs(blocks).max(-1) / np.float32(127))
+    with np.errstate(divide="ignore"):
+        inv = np.where(d > 0, np.float32(1) / d, np.float32(0)).astype(np.float32)
+    assert np.array_equal(q.reshape(9, -1, 32), np.rint(blocks * inv[..., None]).astype(np.int8))
+    assert np.array_equal(dsum, d * q.reshape(9, -1, 32).sum(-1).astype(np.float32))

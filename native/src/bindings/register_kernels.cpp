@@ -132,6 +132,17 @@ py::array_t<float> kernel_quantized_activations(F32Array x) {
   return out;
 }
 
+// x [m, k] quantized per row and block by the ISA's kernel: (q [m, kp] int8, d and dsum [m, kp / kQBlock]).
+py::tuple kernel_quantize(const std::string& isa, F32Array x) {
+  if (x.ndim() != 2) throw std::invalid_argument("x must be 2-D");
+  const int m = int(x.shape(0)), k = int(x.shape(1)), kp = pad_to(k), nb = kp / kQBlock;
+  const std::vector<float> xp = pad_rows(x.data(), m, k, kp);
+  py::array_t<int8_t> q({m, kp});
+  py::array_t<float> d({m, nb}), dsum({m, nb});
+  kernels_select(isa).quantize(xp.data(), m, kp, kp, q.mutable_data(), d.mutable_data(), dsum.mutable_data());
+  return py::make_tuple(q, d, dsum);
+}
+
 // The weights [n, k] as the kernels see them after packing (and quantizing) to wtype.
 py::array_t<float> kernel_weights(py::array w, int wtype) {
   if (w.ndim() != 2 || wtype < 0 || wtype >= kWTypes) throw std::invalid_argument("bad weight array or type");
@@ -241,6 +252,7 @@ void register_kernels(py::module_& m) {
         py::arg("wtype"), py::arg("repeats") = 5);
   m.def("kernel_weights", &kernel_weights, py::arg("w"), py::arg("wtype"));
   m.def("kernel_quantized_activations", &kernel_quantized_activations, py::arg("x"));
+  m.def("kernel_quantize", &kernel_quantize, py::arg("isa"), py::arg("x"));
   m.def("kernel_attend", &kernel_attend, py::arg("isa"), py::arg("q"), py::arg("k"), py::arg("v"), py::arg("scale"),
         py::arg("first") = 0, py::arg("kv_f16") = false, py::arg("ends") = std::vector<int>{});
   m.def("kernel_to_f16", &kernel_to_f16, py::arg("isa"), py::arg("x"));

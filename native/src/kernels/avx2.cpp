@@ -70,6 +70,23 @@ struct Avx2 {
     }
   }
   static ireg abs8(ireg w) { return _mm256_abs_epi8(w); }
+  // Activation quantization: |x|, int32 lanes rounded to nearest even, their sum, and 32 of them stored as int8
+  // (in range: the levels are within [-127, 127]).
+  static reg abs(reg a) { return _mm256_andnot_ps(_mm256_set1_ps(-0.f), a); }
+  static ireg cvt_round(reg a) { return _mm256_cvtps_epi32(a); }
+  static ireg iadd(ireg a, ireg b) { return _mm256_add_epi32(a, b); }
+  static int ihsum(ireg a) {
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(a), _mm256_extracti128_si256(a, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+    return _mm_cvtsi128_si32(s);
+  }
+  static void store_q32(int8_t* q, const ireg (&r)[4]) {
+    // packs work within 128-bit lanes: the bytes come out as r0lo r1lo r2lo r3lo | r0hi r1hi r2hi r3hi (4 each)
+    const __m256i b = _mm256_packs_epi16(_mm256_packs_epi32(r[0], r[1]), _mm256_packs_epi32(r[2], r[3]));
+    const __m256i ordered = _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(q), ordered);
+  }
   // |w| * (x with w's sign): u8 x s8 pairs stay below 2 * 127 * 127, so maddubs does not saturate.
   static ireg dot_q8(ireg acc, ireg wa, ireg w, ireg x) {
     const __m256i pairs = _mm256_maddubs_epi16(wa, _mm256_sign_epi8(x, w));

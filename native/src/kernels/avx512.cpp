@@ -76,6 +76,21 @@ struct Avx512 {
     }
   }
   static ireg abs8(ireg w) { return _mm512_abs_epi8(w); }
+  // Activation quantization (see Avx2)
+  static reg abs(reg a) { return _mm512_abs_ps(a); }
+  static ireg cvt_round(reg a) { return _mm512_cvtps_epi32(a); }
+  static ireg iadd(ireg a, ireg b) { return _mm512_add_epi32(a, b); }
+  static int ihsum(ireg a) {
+    const __m256i h = _mm256_add_epi32(_mm512_castsi512_si256(a), _mm512_extracti64x4_epi64(a, 1));
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+    return _mm_cvtsi128_si32(s);
+  }
+  static void store_q32(int8_t* q, const ireg (&r)[2]) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(q), _mm512_cvtsepi32_epi8(r[0]));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(q + 16), _mm512_cvtsepi32_epi8(r[1]));
+  }
   static ireg dot_q8(ireg acc, ireg wa, ireg w, ireg x) {  // |w| * (x negated where w < 0)
     const __m512i xs = _mm512_mask_sub_epi8(x, _mm512_movepi8_mask(w), _mm512_setzero_si512(), x);
     return _mm512_dpbusd_epi32(acc, wa, xs);

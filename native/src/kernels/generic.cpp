@@ -360,6 +360,7 @@ const Kernels& kernels_generic() {
   static const Kernels k{"generic",
                          {matmul_generic<WType::F32>, matmul_generic<WType::BF16>, matmul_generic<WType::F16>},
                          {qmatmul_generic<WType::Q8>, qmatmul_generic<WType::Q4>},
+                         quantize_rows,
                          {attend_generic<float>, attend_generic<uint16_t>},
                          {glu_generic<Activation::Silu>, glu_generic<Activation::GeluTanh>},
                          to_f16_generic};

@@ -58,6 +58,9 @@ struct QRows {
   const float* dsum;
 };
 void quantize_rows(const float* x, int m, int ldx, int kp, int8_t* q, float* d, float* dsum);
+// quantize_rows as a kernel: every ISA's gives the same bytes (max, one division, one multiply and a round to
+// nearest even per value are exact operations in any order).
+using QuantizeFn = void (*)(const float* x, int m, int ldx, int kp, int8_t* q, float* d, float* dsum);
 
 // The same product for Q8 and Q4 weights on quantized activations. Each output is
 //   acc = 0; for each block b in order: acc = fma(dw[n, b] * dx[t, b], float(sum_k qw * qx), acc)
@@ -96,6 +99,7 @@ struct Kernels {
   const char* name;
   MatmulFn matmul[3];   // F32, BF16, F16
   QMatmulFn qmatmul[2];  // Q8, Q4
+  QuantizeFn quantize;   // the activations of the quantized matmuls
   AttendFn attend[kKVTypes];  // by KVType
   GluFn glu[kActivations];    // by Activation
   ToF16Fn to_f16;

@@ -226,6 +226,30 @@ void qmatmul(const QRows& x, int m, const void* w, int kp, int p0, int p1, float
   });
 }
 
+// quantize_rows (generic.cpp) in registers: a block's 32 values are loaded once for its max and its levels.
+template <class V>
+void quantize(const float* x, int m, int ldx, int kp, int8_t* q, float* d, float* dsum) {
+  using R = typename V::reg;
+  using I = typename V::ireg;
+  constexpr int N = kQBlock / V::W;
+  const int nb = kp / kQBlock;
+  for (int t = 0; t < m; t++) {
+    for (int b = 0; b < nb; b++) {
+      const float* v = x + size_t(t) * ldx + b * kQBlock;
+      R a[N], amax = V::zero();
+#pragma GCC unroll 4
+      for (int r = 0; r < N; r++) a[r] = V::load(v + r * V::W), amax = V::max(amax, V::abs(a[r]));
+      const float mx = V::hmax(amax), db = mx / 127.f, inv = mx > 0.f ? 1.f / db : 0.f;
+      I qi[N], sum = V::izero();
+#pragma GCC unroll 4
+      for (int r = 0; r < N; r++) qi[r] = V::cvt_round(V::mul(a[r], V::set1(inv))), sum = V::iadd(sum, qi[r]);
+      V::store_q32(q + size_t(t) * kp + b * kQBlock, qi);
+      d[size_t(t) * nb + b] = db;
+      dsum[size_t(t) * nb + b] = db * float(V::ihsum(sum));
+    }
+  }
+}
+
 // W keys or values from the cache, as floats.
 template <class V, class KV>
 inline typename V::reg load_kv(const KV* p) {
@@ -410,6 +434,7 @@ Kernels make_kernels(const char* name) {
   return Kernels{name,
                  {matmul<V, WType::F32>, matmul<V, WType::BF16>, matmul<V, WType::F16>},
                  {qmatmul<V, WType::Q8>, qmatmul<V, WType::Q4>},
+                 quantize<V>,
                  {attend<V, float>, attend<V, uint16_t>},
                  {glu<V, Activation::Silu>, glu<V, Activation::GeluTanh>},
                  to_f16<V>};

@@ -261,7 +261,7 @@ void Model::rope_and_cache(int layer, const int32_t* slots, const int32_t* posit
 void Model::quantize_for(const Matrix& m, const float* x, int ldx, int t0, int t1) {
   if (!wtype_quantized(m.type) || t0 >= t1) return;
   const size_t nb = m.kp / kQBlock;
-  quantize_rows(x + size_t(t0) * ldx, t1 - t0, ldx, m.kp, qx_.as<int8_t>() + size_t(t0) * m.kp,
+  kern_->quantize(x + size_t(t0) * ldx, t1 - t0, ldx, m.kp, qx_.as<int8_t>() + size_t(t0) * m.kp,
                 qd_.as<float>() + t0 * nb, qdsum_.as<float>() + t0 * nb);
 }
 
