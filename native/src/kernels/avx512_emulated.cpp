@@ -14,53 +14,34 @@
 namespace kwker {
 namespace emulated {
 
-template <class T, class V>
-inline void to_array(V v, T* out) { __builtin_memcpy(out, &v, sizeof(V)); }
-template <class V, class T>
-inline V from_array(const T* in) {
-  V v;
-  __builtin_memcpy(&v, in, sizeof(V));
-  return v;
+// out[i] = f(in[i]) over the 16 lanes of a vector: In and Out are the lane types, VIn and VOut the vector types.
+template <class In, class Out, class VOut, class VIn, class F>
+inline VOut lanes(VIn a, F f) {
+  In in[16];
+  Out out[16];
+  __builtin_memcpy(in, &a, sizeof(in));
+  for (int i = 0; i < 16; i++) out[i] = f(in[i]);
+  VOut r;
+  __builtin_memcpy(&r, out, sizeof(out));
+  return r;
 }
 
 inline simde__m512 cvtepi32_ps(simde__m512i a) {
-  int32_t v[16];
-  float r[16];
-  to_array(a, v);
-  for (int i = 0; i < 16; i++) r[i] = float(v[i]);
-  return from_array<simde__m512>(r);
+  return lanes<int32_t, float, simde__m512>(a, [](int32_t v) { return float(v); });
 }
 inline simde__m512i cvtps_epi32(simde__m512 a) {
-  float v[16];
-  int32_t r[16];
-  to_array(a, v);
-  for (int i = 0; i < 16; i++) r[i] = int32_t(std::nearbyint(v[i]));
-  return from_array<simde__m512i>(r);
+  return lanes<float, int32_t, simde__m512i>(a, [](float v) { return int32_t(std::nearbyint(v)); });
 }
 inline simde__m512i cvtepu16_epi32(simde__m256i a) {
-  uint16_t v[16];
-  int32_t r[16];
-  to_array(a, v);
-  for (int i = 0; i < 16; i++) r[i] = v[i];
-  return from_array<simde__m512i>(r);
+  return lanes<uint16_t, int32_t, simde__m512i>(a, [](uint16_t v) { return int32_t(v); });
 }
-inline simde__m512 cvtph_ps(simde__m256i a) {
-  uint16_t v[16];
-  float r[16];
-  to_array(a, v);
-  for (int i = 0; i < 16; i++) r[i] = f16_to_f32(v[i]);
-  return from_array<simde__m512>(r);
-}
+inline simde__m512 cvtph_ps(simde__m256i a) { return lanes<uint16_t, float, simde__m512>(a, f16_to_f32); }
 inline simde__m256i cvtps_ph(simde__m512 a, int) {  // the kernels ask for round to nearest even only
-  float v[16];
-  uint16_t r[16];
-  to_array(a, v);
-  for (int i = 0; i < 16; i++) r[i] = f32_to_f16(v[i]);
-  return from_array<simde__m256i>(r);
+  return lanes<float, uint16_t, simde__m256i>(a, f32_to_f16);
 }
 inline float reduce_max_ps(simde__m512 a) {
   float v[16];
-  to_array(a, v);
+  __builtin_memcpy(v, &a, sizeof(v));
   float m = v[0];
   for (int i = 1; i < 16; i++) m = v[i] > m ? v[i] : m;
   return m;
