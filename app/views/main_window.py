@@ -390,7 +390,7 @@ class MainWindow(QMainWindow):
         self.send_button.setProperty("stop", False)
         self.send_button.style().polish(self.send_button)
         if stats:
-            self.stats.update_stats(stats)
+            self.stats.update_stats(stats, final=True)
         if self.cid == self.stream_cid:
             self.messages = self.store.messages(self.cid)
             self._render_history()

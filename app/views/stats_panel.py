@@ -7,6 +7,10 @@ from PySide6.QtCore import QPointF, Qt
 from PySide6.QtGui import QColor, QPainter, QPen, QPolygonF
 from PySide6.QtWidgets import QFormLayout, QLabel, QVBoxLayout, QWidget
 
+# While an answer streams, its speedup is shown once it has this many tokens: before, the rate covers a few steps,
+# and speculation's first steps (still measuring what widths pay) can read well below or above what it settles at.
+SPEEDUP_MIN_TOKENS = 16
+
 
 class RateChart(QWidget):
     """tokens/s samples over the answer, as a line."""
@@ -83,13 +87,19 @@ class StatsPanel(QWidget):
         self.samples = []
         self.chart.set_samples([])
 
-    def update_stats(self, s: dict) -> None:
+    def update_stats(self, s: dict, final: bool = False) -> None:
+        """s: a generation's statistics so far (final: the finished answer's)."""
         rate = s.get("tokens_per_s", 0.0)
         if s.get("new_tokens", 0) > 1:
             self.samples.append(rate)
             self.chart.set_samples(self.samples)
         self.rate.setText(f"{rate:.1f} tokens/s")
-        self.speedup.setText(f"{rate / self.reference_rate:.2f}×" if self.reference_rate and rate else "–")
+        if not (self.reference_rate and rate):
+            self.speedup.setText("–")
+        elif final or s.get("new_tokens", 0) >= SPEEDUP_MIN_TOKENS:
+            self.speedup.setText(f"{rate / self.reference_rate:.2f}×")
+        else:
+            self.speedup.setText("measuring…")
         fresh = s.get("prompt_tokens", 0) - s.get("reused_prompt_tokens", 0)
         self.prefill.setText(f"{fresh} new tokens in {s.get('prefill_s', 0) * 1000:.0f} ms "
                              f"({s.get('reused_prompt_tokens', 0)} reused from the cache)")
