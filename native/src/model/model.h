@@ -6,9 +6,8 @@
 #pragma once
 
 #include <atomic>
-#include <memory>
-
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
