@@ -255,12 +255,19 @@ def run(model_spec=None, precision=None, threads=None, repeats=5, pp=512, tg=128
     for e in engines:  # warm-up: page in weights, spin up thread pools
         e.pp(pp_tokens[:64])
         e.tg(tg_prompt, 8)
+    probes = []  # read bandwidth beside each repeat's generation runs: the roofline of the same moments
     for _ in range(repeats):  # alternate engines within each repeat, so drifts hit all of them alike
         for e in engines:
             results[(e.name, f"pp{pp}")].values.append(e.pp(pp_tokens))
+        probes.append(_native.measure_read_bandwidth(512 << 20, threads, 2))
         for e in engines:
             results[(e.name, tg_name)].values.append(e.tg(tg_prompt, tg))
         gc.collect()
+    # This shared host's speed drifts by tens of percent over minutes: generation's fraction of the roofline is its
+    # median over the median of the probes taken beside it (the machine line above is the best of its probes).
+    bw = statistics.median(probes)
+    out(f"read bandwidth beside the generation runs: median {bw:.1f} GB/s ({threads} threads; range "
+        f"{min(probes):.1f}-{max(probes):.1f}): the roofline below")
 
     # Prefill's ceiling: the multiply-accumulates of the layers' matrices per token at the compute peak of the
     # precision's kernels (int8 dot products for the quantized formats, float32 FMAs otherwise).
@@ -288,7 +295,8 @@ def run(model_spec=None, precision=None, threads=None, repeats=5, pp=512, tg=128
     for k, v in ratios.items():
         out(f"{k}: {v:.2f}x (medians)")
     alone = steady_rss(model_spec, precision, threads)
-    report = {"model": name, "precision": precision or "model dtype", "threads": threads, "machine": limits,
+    report = {"model": name, "precision": precision or "model dtype", "threads": threads,
+              "machine": limits | {"read_gb_s_beside_runs": probes},
               "roofline_tg_tokens_per_s": bw * 1e9 / engines[0].bytes_per_token, "results": rows, "ratios": ratios,
               "rss_mb": {"peak": peak_rss_mb(), "now": current_rss_mb(), "steady_alone": alone["steady"],
                          "peak_alone": alone["peak"]}}
