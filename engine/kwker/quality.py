@@ -7,6 +7,7 @@ the same fp32 reference."""
 
 from __future__ import annotations
 
+import importlib.util
 from importlib import resources
 
 import torch
@@ -77,7 +78,14 @@ def run(model_spec=None, threads=None, out=print, peers=()) -> list[dict]:
     from kwker.models.loader import DEFAULT_MODEL, load_model
 
     model, tokenizer = load_model(model_spec, dtype=torch.float32)
-    ggufs = llama_cpp_ggufs(model_spec) if {"llama.cpp", "llamacpp", "llama_cpp"} & set(peers) else {}
+    ggufs = {}
+    if {"llama.cpp", "llamacpp", "llama_cpp"} & set(peers):
+        if importlib.util.find_spec("llama_cpp") is None:
+            out("llama.cpp: llama-cpp-python is not installed (pip install 'kwker[bench]'): skipped")
+        else:
+            ggufs = llama_cpp_ggufs(model_spec)
+            if not ggufs:
+                out("llama.cpp: no GGUF of these weights to convert from: skipped")
     rows = measure(model, tokenizer, threads=threads, ggufs=ggufs)
     out(f"model: {model_spec or DEFAULT_MODEL}, text: {rows[0]['tokens']} tokens of public-domain prose")
     out("| weights | perplexity | mean KL vs fp32 (nats) | top-1 agreement vs fp32 |")
