@@ -32,6 +32,8 @@ GGUF_FORMATS = {None: ["F32"], "fp32": ["F32"], "bf16": ["BF16"], "balanced": ["
 # same bytes. The formats above are written from its dequantized weights, so they can lose quality: see
 # `kwker bench --quality --vs llama.cpp`.
 SOURCE_KEPT = {None: {"F32"}, "fp32": {"F32"}, "bf16": {"BF16"}, "balanced": {"Q8_0"}, "int4": {"Q4_1", "Q8_0"}}
+LLAMA_CPP = ("llama.cpp", "llamacpp", "llama_cpp")  # the names --vs takes for llama.cpp
+LLAMA_CPP_MISSING = "llama.cpp: llama-cpp-python is not installed (pip install 'kwker[bench]')"
 TORCH_DTYPE = {None: torch.float32, "fp32": torch.float32, "bf16": torch.bfloat16}
 
 
@@ -228,7 +230,7 @@ def run(model_spec=None, precision=None, threads=None, repeats=5, pp=512, tg=128
                 out(f"transformers has no {precision} weights: skipped")
                 continue
             engines.append(TransformersEngine(model, precision, threads))
-        elif peer in ("llama.cpp", "llamacpp", "llama_cpp"):
+        elif peer in LLAMA_CPP:
             src = source_gguf(model_spec)
             if src is None:
                 out("llama.cpp: no GGUF of these weights to convert from: skipped")
@@ -240,7 +242,7 @@ def run(model_spec=None, precision=None, threads=None, repeats=5, pp=512, tg=128
             try:
                 engines += [LlamaCppEngine(path, threads, n_ctx, fmt) for path, fmt in runs]
             except ImportError:
-                out("llama.cpp: llama-cpp-python is not installed (pip install 'kwker[bench]'): skipped")
+                out(f"{LLAMA_CPP_MISSING}: skipped")
         else:
             raise ValueError(f"unknown peer {peer!r} (transformers, llama.cpp)")
     out(f"model: {name}, precision {precision or 'model dtype'}, threads {threads}, kwker reads "
@@ -487,5 +489,5 @@ def _llama_lookup_peer(model_spec, precision, threads, out):
     try:
         return LlamaCppLookup(gguf_path, fmt, threads)
     except ImportError:
-        out("llama.cpp: llama-cpp-python is not installed (pip install 'kwker[bench]'): its prompt lookup skipped")
+        out(f"{LLAMA_CPP_MISSING}: its prompt lookup skipped")
         return None

@@ -61,10 +61,10 @@ def cmd_generate(args) -> int:
 def cmd_bench(args) -> int:
     from kwker import bench
 
+    peers = [p.strip() for p in (args.vs or "").split(",") if p.strip()]
     if args.quality:
         from kwker import quality
 
-        peers = [p.strip() for p in args.vs.split(",") if p.strip()]
         rows = quality.run(args.model, threads=args.threads, peers=peers)
         if args.json:
             Path(args.json).write_text(json.dumps(rows, indent=2))
@@ -82,7 +82,6 @@ def cmd_bench(args) -> int:
         if args.json:
             Path(args.json).write_text(json.dumps(report, indent=2))
         return 0
-    peers = [p for p in (args.vs or "").split(",") if p]
     bench.run(args.model, precision=args.precision, threads=args.threads, repeats=args.repeats, pp=args.pp,
               tg=args.tg, depth=args.depth, peers=peers, json_path=args.json)
     return 0

@@ -75,13 +75,17 @@ def llama_cpp_ggufs(model_spec) -> dict:
 
 
 def run(model_spec=None, threads=None, out=print, peers=()) -> list[dict]:
+    from kwker.bench import LLAMA_CPP, LLAMA_CPP_MISSING
     from kwker.models.loader import DEFAULT_MODEL, load_model
 
+    unknown = [p for p in peers if p not in LLAMA_CPP]
+    if unknown:
+        raise ValueError(f"unknown peer {unknown[0]!r} (the quality table compares with llama.cpp)")
     model, tokenizer = load_model(model_spec, dtype=torch.float32)
     ggufs = {}
-    if {"llama.cpp", "llamacpp", "llama_cpp"} & set(peers):
+    if set(LLAMA_CPP) & set(peers):
         if importlib.util.find_spec("llama_cpp") is None:
-            out("llama.cpp: llama-cpp-python is not installed (pip install 'kwker[bench]'): skipped")
+            out(f"{LLAMA_CPP_MISSING}: skipped")
         else:
             ggufs = llama_cpp_ggufs(model_spec)
             if not ggufs:

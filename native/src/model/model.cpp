@@ -66,10 +66,10 @@ Model::Model(const Config& cfg, int n_rope, const float* rope_cos, const float* 
   qdsum_ = Buffer(sizeof(float) * S * maxp / kQBlock);
   logits_ = Buffer(sizeof(float) * max_rows_ * pad_to(cfg.vocab));
   scores_ = Buffer(sizeof(float) * pool_.size() * kMaxAttendRows * pad_to(max_cache_len));
+  head_out_ = Buffer(sizeof(float) * pool_.size() * kMaxAttendRows * hdp_);
   n_counters_ = 8 * cfg.n_layer + 8;  // 7 matmuls per layer and the head; beyond: static shares
   next_panel_ = std::make_unique<Counter[]>(size_t(n_counters_) * pool_.size());
   matmuls_entered_ = std::make_unique<Counter[]>(pool_.size());
-  head_out_ = Buffer(sizeof(float) * pool_.size() * kMaxAttendRows * hdp_);
   attend_runs_.reserve(max_step_tokens + 1);
 }
 
