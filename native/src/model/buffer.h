@@ -6,6 +6,7 @@
 
 #include <sys/mman.h>
 
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -17,14 +18,22 @@ class Buffer {
  public:
   static constexpr size_t kMappedBytes = size_t(1) << 20;  // from this size on: an anonymous mapping
 
+  static constexpr size_t kHugePage = size_t(2) << 20;
+
   Buffer() = default;
-  explicit Buffer(size_t bytes) : size_(bytes) {
+  // huge_pages: an anonymous mapping aligned to 2 MB and advised for transparent huge pages (where the system
+  // allows them: `madvise` mode), for memory that is streamed whole on every step (weights).
+  explicit Buffer(size_t bytes, bool huge_pages = false) : size_(bytes) {
     if (bytes == 0) return;
-    mapped_ = bytes >= kMappedBytes;
+    mapped_ = huge_pages || bytes >= kMappedBytes;
     if (mapped_) {  // page aligned and zero filled by the kernel
-      void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-      if (p == MAP_FAILED) throw std::bad_alloc();
-      data_ = p;
+      const size_t span = huge_pages ? (bytes + kHugePage - 1) / kHugePage * kHugePage : bytes;
+      map_bytes_ = span + (huge_pages ? kHugePage : 0);  // room to align the start
+      map_ = mmap(nullptr, map_bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      if (map_ == MAP_FAILED) throw std::bad_alloc();
+      const uintptr_t a = reinterpret_cast<uintptr_t>(map_);
+      data_ = reinterpret_cast<void*>(huge_pages ? (a + kHugePage - 1) / kHugePage * kHugePage : a);
+      if (huge_pages) madvise(data_, span, MADV_HUGEPAGE);  // advice: no error if the system declines
       return;
     }
     const size_t rounded = (bytes + 63) / 64 * 64;
@@ -33,13 +42,16 @@ class Buffer {
     std::memset(data_, 0, rounded);
   }
   ~Buffer() { release(); }
-  Buffer(Buffer&& o) noexcept : data_(o.data_), size_(o.size_), mapped_(o.mapped_) {
-    o.data_ = nullptr, o.size_ = 0, o.mapped_ = false;
+  Buffer(Buffer&& o) noexcept
+      : data_(o.data_), size_(o.size_), mapped_(o.mapped_), map_(o.map_), map_bytes_(o.map_bytes_) {
+    o.data_ = nullptr, o.size_ = 0, o.mapped_ = false, o.map_ = nullptr, o.map_bytes_ = 0;
   }
   Buffer& operator=(Buffer&& o) noexcept {
     std::swap(data_, o.data_);
     std::swap(size_, o.size_);
     std::swap(mapped_, o.mapped_);
+    std::swap(map_, o.map_);
+    std::swap(map_bytes_, o.map_bytes_);
     return *this;
   }
   Buffer(const Buffer&) = delete;
@@ -52,7 +64,7 @@ class Buffer {
  private:
   void release() {
     if (!data_) return;
-    if (mapped_) munmap(data_, size_);
+    if (mapped_) munmap(map_, map_bytes_);
     else std::free(data_);
     data_ = nullptr;
   }
@@ -60,6 +72,8 @@ class Buffer {
   void* data_ = nullptr;
   size_t size_ = 0;
   bool mapped_ = false;
+  void* map_ = nullptr;  // the mapping (data_ is aligned within it)
+  size_t map_bytes_ = 0;
 };
 
 }  // namespace kwker

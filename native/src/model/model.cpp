@@ -100,16 +100,27 @@ void Model::set_matrix(const std::string& name, const void* data, WType type, in
     throw std::invalid_argument("weight " + name + " has shape [" + std::to_string(n) + ", " + std::to_string(k) +
                                 "], expected [" + std::to_string(want_n) + ", " + std::to_string(want_k) + "]");
   m->n = n, m->k = k, m->kp = pad_to(k), m->type = type;
-  m->data = Buffer(m->bytes());  // zeroed
+  m->w = weight_space(m->bytes());  // zeroed
   pool_.run([&](int tid) {  // quantizing is the slow part of loading: every thread takes a share of the panels
     auto [p0, p1] = pool_.split(pad_to(n, kPanel) / kPanel, tid);
-    pack_panel_range(data, type, n, k, m->data.as<void>(), p0, p1);
+    pack_panel_range(data, type, n, k, m->w, p0, p1);
   });
   m->bias = Buffer();
   if (bias) {
     m->bias = Buffer(sizeof(float) * pad_to(n, kPanel));
     std::memcpy(m->bias.as<float>(), bias, sizeof(float) * n);
   }
+}
+
+void* Model::weight_space(size_t bytes) {
+  bytes = (bytes + 63) / 64 * 64;
+  if (weight_chunks_.empty() || chunk_used_ + bytes > weight_chunks_.back().size()) {
+    weight_chunks_.emplace_back(std::max(bytes, size_t(64) << 20), true);
+    chunk_used_ = 0;
+  }
+  void* p = weight_chunks_.back().as<char>() + chunk_used_;
+  chunk_used_ += bytes;
+  return p;
 }
 
 void Model::set_norm(const std::string& name, const float* data, int n) {
@@ -270,10 +281,10 @@ void Model::matmul_part(const Matrix& m, const float* x, int rows, int ldx, floa
   auto run = [&](int p0, int p1) {
     if (wtype_quantized(m.type)) {
       const QRows q{qx_.as<int8_t>(), qd_.as<float>(), qdsum_.as<float>()};
-      kern_->qmatmul[int(m.type) - int(WType::Q8)](q, rows, m.data.as<void>(), m.kp, p0, p1, y, ldy, m.bias_ptr(),
+      kern_->qmatmul[int(m.type) - int(WType::Q8)](q, rows, m.w, m.kp, p0, p1, y, ldy, m.bias_ptr(),
                                                    accumulate);
     } else {
-      kern_->matmul[int(m.type)](x, rows, ldx, m.data.as<void>(), m.kp, p0, p1, y, ldy, m.bias_ptr(), accumulate);
+      kern_->matmul[int(m.type)](x, rows, ldx, m.w, m.kp, p0, p1, y, ldy, m.bias_ptr(), accumulate);
     }
   };
   const int panels = pad_to(m.n, kPanel) / kPanel;
@@ -321,7 +332,7 @@ void Model::step(const int32_t* tokens, const int32_t* slots, const int32_t* pos
     for (int t = t0; t < t1; t++) {
       float* row = x + size_t(t) * ep_;
       for (int i = 0; i < c.n_embd; i++)
-        row[i] = panel_value(embed_.data.as<void>(), embed_.type, embed_.kp, tokens[t], i) * c.embed_scale;
+        row[i] = panel_value(embed_.w, embed_.type, embed_.kp, tokens[t], i) * c.embed_scale;
     }
     pool_.barrier();
 

@@ -95,7 +95,7 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) int int8_loop_avx512(long
 
 double measure_read_bandwidth(size_t bytes, int n_threads, int repeats) {
   const size_t n = bytes / sizeof(float) / 32 * 32;
-  Buffer buf(n * sizeof(float));
+  Buffer buf(n * sizeof(float), true);  // huge pages, as the weights have
   float* p = buf.as<float>();
   for (size_t i = 0; i < n; i++) p[i] = 1.f;
   const bool avx2 = isa_supported("avx2");
