@@ -199,23 +199,53 @@ void Model::store_kv(const float* x, char* dst, int stride) const {
 
 namespace {
 
-// out = x * rsqrt(mean(x^2) + eps) * w over n values (out may be x), as transformers' RMSNorm computes it in
-// float32: the rows of the residual stream and, with q/k norms, each attention head.
+// 1 / sqrt(mean(x^2) + eps) over n values, as transformers' RMSNorm computes it in float32 (here summed in double:
+// four chains, a fixed order).
+float rms_inverse(const float* x, int n, float eps) {
+  double s[4] = {0.0, 0.0, 0.0, 0.0};
+  int i = 0;
+  for (; i + 4 <= n; i += 4)
+    for (int j = 0; j < 4; j++) s[j] += double(x[i + j]) * x[i + j];
+  for (; i < n; i++) s[0] += double(x[i]) * x[i];
+  return 1.0f / std::sqrt(float(((s[0] + s[1]) + (s[2] + s[3])) / n) + eps);
+}
+
+// out = x * rms_inverse(x) * w over n values (out may be x): the rows of the residual stream and, with q/k norms,
+// each attention head.
 void rmsnorm(const float* x, const float* w, float* out, int n, float eps) {
-  double ss = 0.0;
-  for (int i = 0; i < n; i++) ss += double(x[i]) * x[i];
-  const float inv = 1.0f / std::sqrt(float(ss / n) + eps);
+  const float inv = rms_inverse(x, n, eps);
   for (int i = 0; i < n; i++) out[i] = w[i] * (x[i] * inv);
+}
+
+// Per-token work on rows of `cols` padded values (norms, activation quantization, GLU), shared out in pieces
+// f(t, c0, c1): with at least as many tokens as threads, each thread takes its share of the tokens whole; with
+// fewer, each token's columns are cut in parts at multiples of kQBlock, one per thread, so that no thread waits
+// while another does a lone token's work (the 1-token step). A piece computes the same values whoever runs it.
+template <class F>
+void for_pieces(const ThreadPool& pool, int T, int cols, int tid, const F& f) {
+  const int n = pool.size();
+  if (T >= n || T == 0) {
+    const auto [t0, t1] = pool.split(T, tid);
+    for (int t = t0; t < t1; t++) f(t, 0, cols);
+    return;
+  }
+  const int parts = n / T;
+  for (int item = tid; item < T * parts; item += n) {
+    const int t = item / parts, part = item % parts;
+    const int b = cols / kQBlock, c0 = b * part / parts * kQBlock, c1 = b * (part + 1) / parts * kQBlock;
+    if (c0 < c1) f(t, c0, c1);
+  }
 }
 
 }  // namespace
 
-void Model::rmsnorm_rows(const float* x, const float* w, float* out, int t0, int t1) const {
-  for (int t = t0; t < t1; t++) rmsnorm(x + size_t(t) * ep_, w, out + size_t(t) * ep_, cfg_.n_embd, cfg_.norm_eps);
+void Model::norm_part(const float* x, const Buffer& w, float* out, int c0, int c1) const {
+  const float inv = rms_inverse(x, cfg_.n_embd, cfg_.norm_eps);
+  const float* wv = w.as<float>();
+  for (int i = c0; i < std::min(c1, cfg_.n_embd); i++) out[i] = wv[i] * (x[i] * inv);
 }
 
-void Model::add_residual(const Matrix& m, const float* in, int ldin, const Buffer& post_norm, int T, int t0, int t1,
-                         int tid) {
+void Model::add_residual(const Matrix& m, const float* in, int ldin, const Buffer& post_norm, int T, int tid) {
   float* x = x_.as<float>();
   if (!cfg_.post_norms) {  // accumulated straight into the residual stream by the matmul's epilogue
     matmul_part(m, in, T, ldin, x, ep_, true, tid);
@@ -225,21 +255,28 @@ void Model::add_residual(const Matrix& m, const float* in, int ldin, const Buffe
   float* y = xn_.as<float>();  // free here: the layer's normalized input has been consumed
   matmul_part(m, in, T, ldin, y, ep_, false, tid);
   pool_.barrier();
-  rmsnorm_rows(y, post_norm.as<float>(), y, t0, t1);
-  for (int t = t0; t < t1; t++)
-    for (int i = 0; i < cfg_.n_embd; i++) x[size_t(t) * ep_ + i] += y[size_t(t) * ep_ + i];
+  for_pieces(pool_, T, ep_, tid, [&](int t, int c0, int c1) {
+    const float* yr = y + size_t(t) * ep_;
+    const float inv = rms_inverse(yr, cfg_.n_embd, cfg_.norm_eps);
+    const float* w = post_norm.as<float>();
+    float* xr = x + size_t(t) * ep_;
+    for (int i = c0; i < std::min(c1, cfg_.n_embd); i++) xr[i] += w[i] * (yr[i] * inv);
+  });
+  if (T < pool_.size()) pool_.barrier();  // rows were cut in parts: the next norm reads whole rows
 }
 
-// Rotates q and k of tokens [t0, t1) (transformers' rotate_half convention over the first rope_dim dims of a head,
-// the rest pass through), lays q out per head with padding, and writes k and v into the sequence's cache row at
-// its position.
-void Model::rope_and_cache(int layer, const int32_t* slots, const int32_t* positions, int t0, int t1) {
-  const int hd = cfg_.head_dim, half = rope_half_;
+// Rotates q and k (transformers' rotate_half convention over the first rope_dim dims of a head, the rest pass
+// through), lays q out per head with padding, and writes k and v into the sequence's cache row at its position.
+// Threads take contiguous shares of the step's (token, head) pairs: q heads, then KV heads.
+void Model::rope_and_cache(int layer, const int32_t* slots, const int32_t* positions, int T, int tid) {
+  const int hd = cfg_.head_dim, half = rope_half_, heads = cfg_.n_head + cfg_.n_kv_head;
   const float* table_cos = rope_cos_.as<float>() + size_t(cfg_.layer_rope[layer]) * max_cache_ * half;
   const float* table_sin = rope_sin_.as<float>() + size_t(cfg_.layer_rope[layer]) * max_cache_ * half;
-  for (int t = t0; t < t1; t++) {
-    const float* c = table_cos + size_t(positions[t]) * half;
-    const float* s = table_sin + size_t(positions[t]) * half;
+  const auto [i0, i1] = pool_.split(T * heads, tid);
+  for (int i = i0; i < i1; i++) {
+    const int t = i / heads, h = i % heads, pos = positions[t];
+    const float* c = table_cos + size_t(pos) * half;
+    const float* s = table_sin + size_t(pos) * half;
     // out[i * stride] for i < head_dim: the rotated vector (stride kPanel writes a key into its panel column),
     // after the head's own RMSNorm when the model has one (norm: [head_dim] or null)
     float normed[kMaxHeadDim];
@@ -248,32 +285,32 @@ void Model::rope_and_cache(int layer, const int32_t* slots, const int32_t* posit
         rmsnorm(in, norm.as<float>(), normed, hd, cfg_.norm_eps);
         in = normed;
       }
-      for (int i = 0; i < half; i++) {
-        const float a = in[i], b = in[i + half];
-        out[size_t(i) * stride] = a * c[i] - b * s[i];
-        out[size_t(i + half) * stride] = b * c[i] + a * s[i];
+      for (int j = 0; j < half; j++) {
+        const float a = in[j], b = in[j + half];
+        out[size_t(j) * stride] = a * c[j] - b * s[j];
+        out[size_t(j + half) * stride] = b * c[j] + a * s[j];
       }
-      for (int i = 2 * half; i < hd; i++) out[size_t(i) * stride] = in[i];
+      for (int j = 2 * half; j < hd; j++) out[size_t(j) * stride] = in[j];
     };
-    const int pos = positions[t];
-    for (int h = 0; h < cfg_.n_head; h++)
+    if (h < cfg_.n_head) {
       rotate(q_.as<float>() + size_t(t) * qp_ + h * hd, qh_.as<float>() + (size_t(t) * cfg_.n_head + h) * hdp_, 1,
              layers_[layer].q_norm);
-    for (int h = 0; h < cfg_.n_kv_head; h++) {  // key i's dim d sits at panel_index(i, d): stride kPanel
-      float key[kMaxHeadDim];
-      rotate(k_.as<float>() + size_t(t) * kvp_ + h * hd, key, 1, layers_[layer].k_norm);
-      store_kv(key, cache_head(cache_k_, slots[t], layer, h) + panel_index(pos, 0, hdp_) * kv_bytes(), kPanel);
-      store_kv(v_.as<float>() + size_t(t) * kvp_ + h * hd,
-               cache_head(cache_v_, slots[t], layer, h) + size_t(pos) * hdp_ * kv_bytes(), 1);
+      continue;
     }
+    const int kvh = h - cfg_.n_head;  // key i's dim d sits at panel_index(i, d): stride kPanel
+    float key[kMaxHeadDim];
+    rotate(k_.as<float>() + size_t(t) * kvp_ + kvh * hd, key, 1, layers_[layer].k_norm);
+    store_kv(key, cache_head(cache_k_, slots[t], layer, kvh) + panel_index(pos, 0, hdp_) * kv_bytes(), kPanel);
+    store_kv(v_.as<float>() + size_t(t) * kvp_ + kvh * hd,
+             cache_head(cache_v_, slots[t], layer, kvh) + size_t(pos) * hdp_ * kv_bytes(), 1);
   }
 }
 
-void Model::quantize_for(const Matrix& m, const float* x, int ldx, int t0, int t1) {
-  if (!wtype_quantized(m.type) || t0 >= t1) return;
+void Model::quantize_part(const Matrix& m, const float* x, int ldx, int t, int c0, int c1) {
+  if (!wtype_quantized(m.type)) return;
   const size_t nb = m.kp / kQBlock;
-  kern_->quantize(x + size_t(t0) * ldx, t1 - t0, ldx, m.kp, qx_.as<int8_t>() + size_t(t0) * m.kp,
-                qd_.as<float>() + t0 * nb, qdsum_.as<float>() + t0 * nb);
+  kern_->quantize(x + size_t(t) * ldx + c0, 1, ldx, c1 - c0, qx_.as<int8_t>() + size_t(t) * m.kp + c0,
+                  qd_.as<float>() + t * nb + c0 / kQBlock, qdsum_.as<float>() + t * nb + c0 / kQBlock);
 }
 
 void Model::matmul_part(const Matrix& m, const float* x, int rows, int ldx, float* y, int ldy, bool accumulate,
@@ -328,24 +365,25 @@ void Model::step(const int32_t* tokens, const int32_t* slots, const int32_t* pos
   for (int i = 0; i < n_counters_ * pool_.size(); i++) next_panel_[i].value.store(0, std::memory_order_relaxed);
   for (int i = 0; i < pool_.size(); i++) matmuls_entered_[i].value.store(0, std::memory_order_relaxed);
   pool_.run([&](int tid) {
-    auto [t0, t1] = pool_.split(T, tid);
-    for (int t = t0; t < t1; t++) {
+    for_pieces(pool_, T, ep_, tid, [&](int t, int c0, int c1) {
       float* row = x + size_t(t) * ep_;
-      for (int i = 0; i < c.n_embd; i++)
+      for (int i = c0; i < std::min(c1, c.n_embd); i++)
         row[i] = panel_value(embed_.w, embed_.type, embed_.kp, tokens[t], i) * c.embed_scale;
-    }
+    });
     pool_.barrier();
 
     for (int l = 0; l < c.n_layer; l++) {
       Layer& L = layers_[l];
-      rmsnorm_rows(x, L.attn_norm.as<float>(), xn, t0, t1);
-      quantize_for(L.wq, xn, ep_, t0, t1);  // q, k and v share the quantized rows
+      for_pieces(pool_, T, ep_, tid, [&](int t, int c0, int c1) {
+        norm_part(x + size_t(t) * ep_, L.attn_norm, xn + size_t(t) * ep_, c0, c1);
+        quantize_part(L.wq, xn, ep_, t, c0, c1);  // q, k and v share the quantized rows
+      });
       pool_.barrier();
       matmul_part(L.wq, xn, T, ep_, q_.as<float>(), qp_, false, tid);
       matmul_part(L.wk, xn, T, ep_, k_.as<float>(), kvp_, false, tid);
       matmul_part(L.wv, xn, T, ep_, v_.as<float>(), kvp_, false, tid);
       pool_.barrier();
-      rope_and_cache(l, slots, positions, t0, t1);
+      rope_and_cache(l, slots, positions, T, tid);
       pool_.barrier();
 
       // Work items: (run, KV head, block of the query heads sharing it), dealt round robin: a prefill's later tokens
@@ -373,35 +411,37 @@ void Model::step(const int32_t* tokens, const int32_t* slots, const int32_t* pos
       }
       pool_.barrier();
       if (wtype_quantized(L.wo.type)) {
-        quantize_for(L.wo, att_.as<float>(), qp_, t0, t1);
+        for_pieces(pool_, T, qp_, tid,
+                   [&](int t, int c0, int c1) { quantize_part(L.wo, att_.as<float>(), qp_, t, c0, c1); });
         pool_.barrier();
       }
-      add_residual(L.wo, att_.as<float>(), qp_, L.post_attn_norm, T, t0, t1, tid);
+      add_residual(L.wo, att_.as<float>(), qp_, L.post_attn_norm, T, tid);
 
-      rmsnorm_rows(x, L.mlp_norm.as<float>(), xn, t0, t1);
-      quantize_for(L.wgate, xn, ep_, t0, t1);  // gate and up share the quantized rows
+      for_pieces(pool_, T, ep_, tid, [&](int t, int c0, int c1) {
+        norm_part(x + size_t(t) * ep_, L.mlp_norm, xn + size_t(t) * ep_, c0, c1);
+        quantize_part(L.wgate, xn, ep_, t, c0, c1);  // gate and up share the quantized rows
+      });
       pool_.barrier();
       matmul_part(L.wgate, xn, T, ep_, gate_.as<float>(), fp_, false, tid);
       matmul_part(L.wup, xn, T, ep_, up_.as<float>(), fp_, false, tid);
       pool_.barrier();
-      for (int t = t0; t < t1; t++)
-        kern_->glu[int(c.act)](gate_.as<float>() + size_t(t) * fp_, up_.as<float>() + size_t(t) * fp_,
-                               gate_.as<float>() + size_t(t) * fp_, fp_);
-      quantize_for(L.wdown, gate_.as<float>(), fp_, t0, t1);
+      for_pieces(pool_, T, fp_, tid, [&](int t, int c0, int c1) {
+        float* g = gate_.as<float>() + size_t(t) * fp_;
+        kern_->glu[int(c.act)](g + c0, up_.as<float>() + size_t(t) * fp_ + c0, g + c0, c1 - c0);
+        quantize_part(L.wdown, gate_.as<float>(), fp_, t, c0, c1);
+      });
       pool_.barrier();
-      add_residual(L.wdown, gate_.as<float>(), fp_, L.post_mlp_norm, T, t0, t1, tid);
+      add_residual(L.wdown, gate_.as<float>(), fp_, L.post_mlp_norm, T, tid);
     }
-    if (c.post_norms) pool_.barrier();  // the last layer's rows were finished per thread
+    if (c.post_norms && T >= pool_.size()) pool_.barrier();  // the last layer's rows were finished per thread
 
-    // Final norm of the requested rows, gathered to the front of xn, then lm_head and argmax.
-    auto [r0, r1] = pool_.split(R, tid);
-    for (int r = r0; r < r1; r++) {
-      const float* src = x + size_t(out_rows[r]) * ep_;
-      std::memcpy(xn_.as<float>() + size_t(r) * ep_, src, sizeof(float) * ep_);
-    }
-    rmsnorm_rows(xn, final_norm_.as<float>(), xn, r0, r1);
-    quantize_for(head, xn, ep_, r0, r1);
+    // Final norm of the requested rows into the front of xn, then lm_head and argmax.
+    for_pieces(pool_, R, ep_, tid, [&](int r, int c0, int c1) {
+      norm_part(x + size_t(out_rows[r]) * ep_, final_norm_, xn + size_t(r) * ep_, c0, c1);
+      quantize_part(head, xn, ep_, r, c0, c1);
+    });
     pool_.barrier();
+    auto [r0, r1] = pool_.split(R, tid);
     matmul_part(head, xn, R, ep_, logits_.as<float>(), vocab_stride(), false, tid);
     pool_.barrier();
     for (int r = r0; r < r1; r++) {

@@ -81,20 +81,21 @@ class Model {
   size_t weight_bytes_per_token() const;  // bytes of weights one generated token reads
 
  private:
-  void rmsnorm_rows(const float* x, const float* w, float* out, int t0, int t1) const;
+  // Columns [c0, c1) of the RMSNorm of one row of the residual stream (n_embd values) with weights w.
+  void norm_part(const float* x, const Buffer& w, float* out, int c0, int c1) const;
   // The residual add of a block's output projection: x += in m^T, or with post norms x += RMSNorm(in m^T) * w.
-  // Ends with the threads' rows of x complete (post norms: only this thread's rows [t0, t1)).
-  void add_residual(const Matrix& m, const float* in, int ldin, const Buffer& post_norm, int T, int t0, int t1,
-                    int tid);
-  void rope_and_cache(int layer, const int32_t* slots, const int32_t* positions, int t0, int t1);
+  // Ends with the rows of x complete (post norms with at least as many tokens as threads: only this thread's
+  // share of the rows, as for_pieces deals them).
+  void add_residual(const Matrix& m, const float* in, int ldin, const Buffer& post_norm, int T, int tid);
+  void rope_and_cache(int layer, const int32_t* slots, const int32_t* positions, int T, int tid);
   char* cache_head(Buffer& cache, int slot, int layer, int kv_head) const;  // K: panels; V: [pos][hdp]
   size_t kv_bytes() const { return cfg_.kv_type == KVType::F16 ? 2 : 4; }  // per cache element
   // Writes hd floats into the cache at dst (element stride `stride`), in the cache's element type.
   void store_kv(const float* x, char* dst, int stride) const;
-  // Quantizes rows [t0, t1) of x (row length kp) into qx_ when `m` takes quantized activations.
-  void quantize_for(const Matrix& m, const float* x, int ldx, int t0, int t1);
+  // Quantizes columns [c0, c1) (whole blocks) of row t of x into qx_ when `m` takes quantized activations.
+  void quantize_part(const Matrix& m, const float* x, int ldx, int t, int c0, int c1);
   // This thread's part of y = x w^T for `rows` rows (its share of the panels, then what it takes of the others'
-  // unfinished shares). A quantized matrix reads the rows quantize_for wrote.
+  // unfinished shares). A quantized matrix reads the rows quantize_part wrote.
   void matmul_part(const Matrix& m, const float* x, int rows, int ldx, float* y, int ldy, bool accumulate, int tid);
 
   Config cfg_;
