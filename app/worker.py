@@ -36,7 +36,7 @@ class GenerationWorker(QObject):
 
     @Slot(dict)
     def load(self, opts: dict) -> None:
-        from kwker.decode import KwkDecoder, runner_unsupported
+        from kwker.decode import KwkDecoder, runner_unsupported, trim_memory
         from kwker.speculative import DRAFT_PRECISION
         from kwker.models import load_model
 
@@ -63,6 +63,7 @@ class GenerationWorker(QObject):
                                    threads=threads, tokenizer=dtok)
                 del dmodel
                 decoder.check_draft(draft)
+            trim_memory()  # the float weights just let go
             self.decoder, self.draft, self.tokenizer = decoder, draft, tokenizer
             self.loading.emit("measuring plain decoding speed")
             self.info = {"model": opts["model"], "precision": decoder.precision, "isa": decoder.isa,

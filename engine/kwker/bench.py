@@ -187,13 +187,14 @@ def steady_rss(model_spec=None, precision=None, threads=None, max_cache_len=STEA
 
 
 def _steady_rss_child(model_spec, precision, threads, max_cache_len) -> dict:
-    from kwker.decode import KwkDecoder
+    from kwker.decode import KwkDecoder, trim_memory
     from kwker.models.loader import load_model
 
     model, tokenizer = load_model(model_spec)
     dec = KwkDecoder(model, max_cache_len=max_cache_len, precision=precision, threads=threads, tokenizer=tokenizer)
     del model
     gc.collect()
+    trim_memory()
     dec.generate(tokenizer("The capital of France is", return_tensors="pt").input_ids, max_new_tokens=32)
     return {"steady": current_rss_mb(), "peak": peak_rss_mb(), "max_cache_len": max_cache_len}
 

@@ -20,7 +20,7 @@ def _progress(msg: str) -> None:
 def cmd_generate(args) -> int:
     import torch
 
-    from kwker.decode import KwkDecoder, runner_unsupported
+    from kwker.decode import KwkDecoder, runner_unsupported, trim_memory
     from kwker.models import load_model
 
     positional = args.args
@@ -41,6 +41,7 @@ def cmd_generate(args) -> int:
         raise SystemExit(f"kwker: cannot run this model: {reason}")
     dec = KwkDecoder(model, max_cache_len=max_cache_len, precision=args.precision, threads=args.threads)
     del model
+    trim_memory()
     generator = torch.Generator().manual_seed(args.seed) if args.seed is not None else None
     sampling = dict(do_sample=args.temperature > 0, generator=generator)
     if args.temperature > 0:

@@ -10,6 +10,8 @@ reused between calls whose prompt extends the previous text, so a chat turn read
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import os
 from collections.abc import Iterator, Sequence
 
@@ -45,6 +47,15 @@ def default_threads() -> int:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # not on Linux
         return os.cpu_count() or 1
+
+
+def trim_memory() -> None:
+    """Returns the C heap's free pages to the system (glibc's malloc_trim; elsewhere nothing). Call it once the
+    float model has been let go: the blocks it freed sit in the middle of the heap and would otherwise stay
+    resident (SmolLM2-135M int4, steady RSS of a fresh process: 527 -> 389 MB)."""
+    libc = ctypes.CDLL(ctypes.util.find_library("c")) if os.name == "posix" else None
+    if libc is not None and hasattr(libc, "malloc_trim"):
+        libc.malloc_trim(0)
 
 
 def runner_unsupported(model, max_cache_len: int) -> str | None:

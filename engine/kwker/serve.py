@@ -281,13 +281,14 @@ def run_server(model_spec: str | None, host: str, port: int, api_key: str | None
                max_batch: int, max_cache_len: int, threads: int | None) -> None:
     import uvicorn
 
-    from kwker.decode import KwkDecoder
+    from kwker.decode import KwkDecoder, trim_memory
     from kwker.models import DEFAULT_MODEL, load_model
 
     model, tokenizer = load_model(model_spec)
     decoder = KwkDecoder(model, max_cache_len=max_cache_len, precision=precision, threads=threads,
                          max_batch=max_batch, tokenizer=tokenizer)
     del model
+    trim_memory()
     with ServingEngine(decoder, tokenizer) as engine:
         uvicorn.run(create_app(engine, model_spec or DEFAULT_MODEL, api_key), host=host, port=port,
                     log_level="info")

@@ -47,3 +47,42 @@ def test_kv_cache_is_resident_only_where_written():
     assert r["dropped"] - r["before"] < kv_mb / 4, r
     # the untouched cache reads as zeros: the same tokens as a decoder sized just for this text
     assert r["same"]
+
+
+HUGE_CHILD = r"""
+import gc, json, torch
+from helpers import tiny_llama
+from kwker.decode import KwkDecoder
+
+def advised_kb():  # sizes of the mappings advised for transparent huge pages (VmFlags "hg")
+    total, size = 0, 0
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            if line.startswith("Size:"):
+                size = int(line.split()[1])
+            elif line.startswith("VmFlags:") and " hg" in line:
+                total += size
+    return total
+
+model = tiny_llama(layers=4, heads=4, kv_heads=4, hidden=256, max_pos=4096)
+r = {"before": advised_kb()}
+dec = KwkDecoder(model, max_cache_len=256, precision="int4")
+r["built"] = advised_kb()
+r["weight_kb"] = dec._step.weight_bytes_per_token / 1024
+del dec
+gc.collect()
+r["dropped"] = advised_kb()
+print(json.dumps(r))
+"""
+
+
+def test_packed_weights_are_advised_for_huge_pages():
+    # every step streams all the weights: they live in 2 MB-aligned mappings advised MADV_HUGEPAGE (fewer TLB
+    # misses), which go away with the decoder
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.dirname(os.path.dirname(__file__)),
+                                                       os.environ.get("PYTHONPATH", "")]))
+    run = subprocess.run([sys.executable, "-c", HUGE_CHILD], capture_output=True, text=True, env=env, timeout=300)
+    assert run.returncode == 0, run.stderr
+    r = json.loads(run.stdout.strip().splitlines()[-1])
+    assert r["built"] - r["before"] >= r["weight_kb"] > 0, r
+    assert r["dropped"] == r["before"], r
