@@ -33,6 +33,17 @@ def test_logits_identical_alone_in_steps_and_in_prefill(precision, threads):
 
 
 @pytest.mark.parametrize("precision", [None, "int4"])
+@pytest.mark.parametrize("threads", [2, 3])
+def test_long_context_attention_in_parts_keeps_the_bits(precision, threads):
+    """From 128 keys on, a lone token's attention calls (fewer than two per thread) are shared out in parts between
+    the threads; prefill makes whole calls. Each token's logits are the same bits either way."""
+    seq = torch.randint(0, 1000, (200,), generator=torch.Generator().manual_seed(4)).tolist()
+    model = tiny_llama(hidden=192, heads=3, kv_heads=1, inter=200, tied=False)
+    dec = KwkDecoder(model, max_cache_len=256, precision=precision, threads=threads)
+    assert torch.equal(dec.forward(seq), one_at_a_time(dec, seq))
+
+
+@pytest.mark.parametrize("precision", [None, "int4"])
 def test_thread_count_does_not_change_bits(precision):
     """Threads take chunks of each other's shares of a matmul when they finish first: which thread computes a
     panel, and how many threads there are, changes no bit."""

@@ -182,6 +182,34 @@ def test_attend_run_of_tokens_gives_each_row_its_own_bits(isa, g, ends, first):
                 assert np.allclose(alone, ref, rtol=0, atol=2e-5 * np.abs(v).max() * max(1.0, smax))
 
 
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("g,ends,first,hd", [
+    (3, [], [0], 64),                  # one token, 3 heads (the 1-token step)
+    (1, [], [37], 64),                 # a sliding window starting inside a panel
+    (2, [200, 201], [0, 150], 80),     # two tokens, different windows; columns past head_dim
+    (3, [20, 129], [0, 100], 64),      # no key in common
+    (4, [], [0], 128),
+])
+@pytest.mark.parametrize("panels_per_part", [1, 3, 8])
+def test_attend_in_parts_gives_the_bits_of_the_whole_call(isa, g, ends, first, hd, panels_per_part):
+    """The parts threads share (key panels, rows, output columns; here taken in reverse order) give attend()'s
+    bits, on float32 and fp16 caches."""
+    needs(isa)
+    n = max(ends) if ends else 300
+    rng = np.random.default_rng(n + g + hd)
+    q = rng.standard_normal((g * max(1, len(ends)), hd)).astype(np.float32)
+    k = rng.standard_normal((n, hd)).astype(np.float32)
+    v = rng.standard_normal((n, hd)).astype(np.float32)
+    for kv_f16 in (False, True):
+        whole = _native.kernel_attend(isa, q, k, v, 0.1, first, kv_f16=kv_f16, ends=ends)
+        parts = _native.kernel_attend(isa, q, k, v, 0.1, first, kv_f16=kv_f16, ends=ends,
+                                      panels_per_part=panels_per_part)
+        assert np.array_equal(parts, whole)
+        ref, smax = reference_attention(q[:g], k[first[0]:(ends or [n])[0]], v[first[0]:(ends or [n])[0]], 0.1)
+        if not kv_f16:
+            assert np.allclose(parts[:g], ref, rtol=0, atol=2e-5 * np.abs(v).max() * max(1.0, smax))
+
+
 def test_matmul_is_identical_across_isas():
     """Every ISA runs the same FMA chain per output (over k for float weights, over blocks of exact integer dot
     products for quantized ones), so the results match the reference bit for bit."""

@@ -161,8 +161,10 @@ py::array_t<float> kernel_weights(py::array w, int wtype) {
 // len(ends) tokens of rows / len(ends) heads each, token t attending to keys first[t]..ends[t]-1 (first: one value
 // for all, or one per token). kv_f16: k and v are stored as fp16 first (the cache's fp16 type: rounded to nearest
 // even).
+// panels_per_part > 0: the call made by its parts (AttendPartFn), the key panels cut every panels_per_part and
+// visited last to first, the rows one at a time, the columns kAttendColumns at a time.
 py::array_t<float> kernel_attend(const std::string& isa, F32Array q, F32Array k, F32Array v, float scale,
-                                 py::object first_arg, bool kv_f16, std::vector<int> ends) {
+                                 py::object first_arg, bool kv_f16, std::vector<int> ends, int panels_per_part) {
   const Kernels& kern = kernels_select(isa);
   std::vector<int> first = py::isinstance<py::int_>(first_arg) ? std::vector<int>{first_arg.cast<int>()}
                                                                 : first_arg.cast<std::vector<int>>();
@@ -181,18 +183,28 @@ py::array_t<float> kernel_attend(const std::string& isa, F32Array q, F32Array k,
   for (int i = 0; i < n; i++)
     for (int d = 0; d < hd; d++) kp[panel_index(i, d, hdp)] = k.data()[size_t(i) * hd + d];
   const size_t q_stride = size_t(g) * hdp;
-  if (kv_f16) {
-    auto half = [](const std::vector<float>& f) {
-      std::vector<uint16_t> h(f.size());
-      kernels_generic().to_f16(f.data(), h.data(), int(f.size()));
-      return h;
-    };
-    const std::vector<uint16_t> kh = half(kp), vh = half(vp);
-    kern.attend[int(KVType::F16)](qp.data(), g, nt, q_stride, kh.data(), vh.data(), first.data(), ends.data(), hdp,
-                                  scale, scores.data(), out.data());
+  auto half = [](const std::vector<float>& f) {
+    std::vector<uint16_t> h(f.size());
+    kernels_generic().to_f16(f.data(), h.data(), int(f.size()));
+    return h;
+  };
+  const std::vector<uint16_t> kh = kv_f16 ? half(kp) : std::vector<uint16_t>(), vh = kv_f16 ? half(vp) : kh;
+  const int type = int(kv_f16 ? KVType::F16 : KVType::F32);
+  const void* kd = kv_f16 ? static_cast<const void*>(kh.data()) : kp.data();
+  const void* vd = kv_f16 ? static_cast<const void*>(vh.data()) : vp.data();
+  if (panels_per_part <= 0) {
+    kern.attend[type](qp.data(), g, nt, q_stride, kd, vd, first.data(), ends.data(), hdp, scale, scores.data(),
+                      out.data());
   } else {
-    kern.attend[int(KVType::F32)](qp.data(), g, nt, q_stride, kp.data(), vp.data(), first.data(), ends.data(), hdp,
-                                  scale, scores.data(), out.data());
+    auto part = [&](AttendPhase phase, int lo, int hi) {
+      kern.attend_part[type](phase, lo, hi, qp.data(), g, nt, q_stride, kd, vd, first.data(), ends.data(), hdp,
+                             scale, scores.data(), out.data());
+    };
+    const int panels = pad_to(n, kPanel) / kPanel;
+    for (int p = (panels - 1) / panels_per_part * panels_per_part; p >= 0; p -= panels_per_part)
+      part(AttendPhase::Scores, p, p + panels_per_part);
+    for (int j = rows - 1; j >= 0; j--) part(AttendPhase::Softmax, j, j + 1);
+    for (int c = hdp - kAttendColumns; c >= 0; c -= kAttendColumns) part(AttendPhase::Values, c, c + kAttendColumns);
   }
   py::array_t<float> r({rows, hd});
   for (int j = 0; j < rows; j++)
@@ -254,7 +266,8 @@ void register_kernels(py::module_& m) {
   m.def("kernel_quantized_activations", &kernel_quantized_activations, py::arg("x"));
   m.def("kernel_quantize", &kernel_quantize, py::arg("isa"), py::arg("x"));
   m.def("kernel_attend", &kernel_attend, py::arg("isa"), py::arg("q"), py::arg("k"), py::arg("v"), py::arg("scale"),
-        py::arg("first") = 0, py::arg("kv_f16") = false, py::arg("ends") = std::vector<int>{});
+        py::arg("first") = 0, py::arg("kv_f16") = false, py::arg("ends") = std::vector<int>{},
+        py::arg("panels_per_part") = 0);
   m.def("kernel_to_f16", &kernel_to_f16, py::arg("isa"), py::arg("x"));
   m.def("kernel_glu", &kernel_glu, py::arg("isa"), py::arg("gate"), py::arg("up"), py::arg("activation") = 0,
         "act(gate) * up; activation 0: silu, 1: gelu_pytorch_tanh");

@@ -314,31 +314,46 @@ float kv_value(const void* p, size_t i) {
 }
 
 template <class KV>
-void attend_generic(const float* q, int g, int nt, size_t q_stride, const void* k, const void* v, const int* first,
-                    const int* n, int hdp, float scale, float* scores, float* out) {
+void attend_part_generic(AttendPhase phase, int lo, int hi, const float* q, int g, int nt, size_t q_stride,
+                         const void* k, const void* v, const int* first, const int* n, int hdp, float scale,
+                         float* scores, float* out) {
+  int nmax = 0;
+  for (int t = 0; t < nt; t++) nmax = std::max(nmax, n[t]);
+  const int ns = pad_to(nmax);
   for (int j = 0; j < g * nt; j++) {
     const int t = j / g, f = first[t], e = n[t];
-    const float* qj = q + t * q_stride + size_t(j % g) * hdp;
-    float* s = scores + size_t(j) * pad_to(e);
-    float mx = -std::numeric_limits<float>::infinity();
-    for (int i = f; i < e; i++) {
-      float dot = 0.f;
-      for (int d = 0; d < hdp; d++) dot += qj[d] * kv_value<KV>(k, panel_index(i, d, hdp));
-      s[i] = dot * scale;
-      mx = std::fmax(mx, s[i]);
-    }
-    float sum = 0.f;
-    for (int i = f; i < e; i++) {
-      s[i] = std::exp(s[i] - mx);
-      sum += s[i];
-    }
-    float* o = out + size_t(j) * hdp;
-    for (int c = 0; c < hdp; c++) o[c] = 0.f;
-    for (int i = f; i < e; i++) {
-      const float p = s[i] / sum;
-      for (int c = 0; c < hdp; c++) o[c] += p * kv_value<KV>(v, size_t(i) * hdp + c);
+    float* s = scores + size_t(j) * ns;
+    if (phase == AttendPhase::Scores) {
+      const float* qj = q + t * q_stride + size_t(j % g) * hdp;
+      const int i1 = hi >= (e + kPanel - 1) / kPanel ? e : hi * kPanel;
+      for (int i = std::max(f, lo * kPanel); i < i1; i++) {
+        float dot = 0.f;
+        for (int d = 0; d < hdp; d++) dot += qj[d] * kv_value<KV>(k, panel_index(i, d, hdp));
+        s[i] = dot * scale;
+      }
+    } else if (phase == AttendPhase::Softmax) {
+      if (j < lo || j >= hi) continue;
+      float mx = -std::numeric_limits<float>::infinity();
+      for (int i = f; i < e; i++) mx = std::fmax(mx, s[i]);
+      float sum = 0.f;
+      for (int i = f; i < e; i++) {
+        s[i] = std::exp(s[i] - mx);
+        sum += s[i];
+      }
+      for (int i = f; i < e; i++) s[i] = s[i] / sum;
+      for (int c = 0; c < hdp; c++) out[size_t(j) * hdp + c] = 0.f;
+    } else {
+      float* o = out + size_t(j) * hdp;
+      for (int i = f; i < e; i++)
+        for (int c = lo; c < std::min(hi, hdp); c++) o[c] += s[i] * kv_value<KV>(v, size_t(i) * hdp + c);
     }
   }
+}
+
+template <class KV>
+void attend_generic(const float* q, int g, int nt, size_t q_stride, const void* k, const void* v, const int* first,
+                    const int* n, int hdp, float scale, float* scores, float* out) {
+  attend_whole(attend_part_generic<KV>, q, g, nt, q_stride, k, v, first, n, hdp, scale, scores, out);
 }
 
 void to_f16_generic(const float* x, uint16_t* out, int n) {
@@ -362,6 +377,7 @@ const Kernels& kernels_generic() {
                          {qmatmul_generic<WType::Q8>, qmatmul_generic<WType::Q4>},
                          quantize_rows,
                          {attend_generic<float>, attend_generic<uint16_t>},
+                         {attend_part_generic<float>, attend_part_generic<uint16_t>},
                          {glu_generic<Activation::Silu>, glu_generic<Activation::GeluTanh>},
                          to_f16_generic};
   return k;

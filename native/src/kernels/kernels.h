@@ -84,6 +84,25 @@ constexpr int kKVTypes = 2;
 using AttendFn = void (*)(const float* q, int g, int nt, size_t q_stride, const void* k, const void* v,
                           const int* first, const int* n, int hdp, float scale, float* scores, float* out);
 
+// attend() in parts, so that the threads can share one call's work: three phases, each begun once the previous one
+// has finished for the whole call (same arguments, scores and out shared): Scores computes the scores of the keys
+// in panels [lo, hi); Softmax turns rows [lo, hi) of them into probabilities and clears those rows of out; Values
+// adds columns [lo, hi) (multiples of kAttendColumns) of every row's output. Every score, probability and output
+// column is computed as attend() computes it, so the parts, however cut, give attend()'s bits.
+enum class AttendPhase : int { Scores = 0, Softmax = 1, Values = 2 };
+constexpr int kAttendColumns = 16;  // a multiple of every ISA's register width
+using AttendPartFn = void (*)(AttendPhase phase, int lo, int hi, const float* q, int g, int nt, size_t q_stride,
+                              const void* k, const void* v, const int* first, const int* n, int hdp, float scale,
+                              float* scores, float* out);
+// attend() as its three parts over everything.
+inline void attend_whole(AttendPartFn part, const float* q, int g, int nt, size_t q_stride, const void* k,
+                         const void* v, const int* first, const int* n, int hdp, float scale, float* scores,
+                         float* out) {
+  part(AttendPhase::Scores, 0, 1 << 30, q, g, nt, q_stride, k, v, first, n, hdp, scale, scores, out);
+  part(AttendPhase::Softmax, 0, g * nt, q, g, nt, q_stride, k, v, first, n, hdp, scale, scores, out);
+  part(AttendPhase::Values, 0, hdp, q, g, nt, q_stride, k, v, first, n, hdp, scale, scores, out);
+}
+
 // out[i] = fp16 bits of x[i] rounded to nearest even (as f32_to_f16), i < n.
 using ToF16Fn = void (*)(const float* x, uint16_t* out, int n);
 
@@ -101,6 +120,7 @@ struct Kernels {
   QMatmulFn qmatmul[2];  // Q8, Q4
   QuantizeFn quantize;   // the activations of the quantized matmuls
   AttendFn attend[kKVTypes];  // by KVType
+  AttendPartFn attend_part[kKVTypes];
   GluFn glu[kActivations];    // by Activation
   ToF16Fn to_f16;
 };

@@ -312,14 +312,15 @@ inline void attend_values(const float* p, int ns, const KV* v, int i0, int i1, i
     for (int c = 0; c < CB; c++) V::store(out + size_t(j) * hdp + c0 + c * V::W, acc[j][c]);
 }
 
-// The values pass over keys [i0, i1) for G rows, every column.
+// The values pass over keys [i0, i1) for G rows, columns [c0, c1) (multiples of W).
 template <class V, class KV, int G>
-inline void attend_values_rows(const float* p, int ns, const KV* v, int i0, int i1, int hdp, float* out) {
+inline void attend_values_rows(const float* p, int ns, const KV* v, int i0, int i1, int hdp, int c0, int c1,
+                               float* out) {
   if (i0 >= i1) return;
   constexpr int CB = G == 1 ? 8 : (G == 2 ? 4 : 2);  // enough chains to hide the FMA latency
-  int c = 0;
-  for (; c + CB * V::W <= hdp; c += CB * V::W) attend_values<V, KV, G, CB>(p, ns, v, i0, i1, hdp, c, out);
-  for (; c < hdp; c += V::W) attend_values<V, KV, G, 1>(p, ns, v, i0, i1, hdp, c, out);
+  int c = c0;
+  for (; c + CB * V::W <= c1; c += CB * V::W) attend_values<V, KV, G, CB>(p, ns, v, i0, i1, hdp, c, out);
+  for (; c < c1; c += V::W) attend_values<V, KV, G, 1>(p, ns, v, i0, i1, hdp, c, out);
 }
 
 // max of s[f..e), e > f.
@@ -348,61 +349,76 @@ inline float row_sum(const float* s, int f, int e) {
   return sum;
 }
 
-// G = g * nt rows: the g heads of nt query tokens (see AttendFn). One pass over the keys every row needs serves
-// them all (each key and value is loaded once per call); a row's own chains, and so its result, are those it has
-// alone: scores of keys outside its range are computed but never read, and its values chain runs over its keys in
-// order (its own first keys, the keys all rows share, then its own last keys).
+// G = g * nt rows: the g heads of nt query tokens (see AttendFn), one phase of the call (AttendPartFn). One pass
+// over the keys every row needs serves them all (each key and value is loaded once per call); a row's own chains,
+// and so its result, are those it has alone: scores of keys outside its range are computed but never read, and its
+// values chain runs over its keys in order (its own first keys, the keys all rows share, then its own last keys).
 template <class V, class KV, int G>
-void attend_rows(const float* q, int g, size_t q_stride, const KV* k, const KV* v, const int* first, const int* n,
-                 int hdp, float scale, float* scores, float* out) {
-  const float* qr[G];
-  int lo = 0, hi = 1 << 30, fmin = 1 << 30, nmax = 0;
+void attend_rows(AttendPhase phase, int lo, int hi, const float* q, int g, size_t q_stride, const KV* k,
+                 const KV* v, const int* first, const int* n, int hdp, float scale, float* scores, float* out) {
+  int shared_lo = 0, shared_hi = 1 << 30, fmin = 1 << 30, nmax = 0;
   for (int j = 0; j < G; j++) {
     const int t = j / g;
-    qr[j] = q + t * q_stride + size_t(j % g) * hdp;
-    lo = std::max(lo, first[t]), hi = std::min(hi, n[t]);
+    shared_lo = std::max(shared_lo, first[t]), shared_hi = std::min(shared_hi, n[t]);
     fmin = std::min(fmin, first[t]), nmax = std::max(nmax, n[t]);
   }
   // Scores are indexed by key position; the first panel may start before a row's first key (lanes never used).
-  const int ns = pad_to(nmax), np = pad_to(nmax, kPanel) / kPanel, p0 = fmin / kPanel;
-  constexpr int PB = G == 1 ? 3 : (G == 2 ? 2 : 1);  // enough chains to hide the FMA latency
-  int pi = p0;
-  for (; pi + PB <= np; pi += PB) attend_scores<V, KV, G, PB>(qr, hdp, k, pi, scale, scores, ns);
-  for (; pi < np; pi++) attend_scores<V, KV, G, 1>(qr, hdp, k, pi, scale, scores, ns);
-  for (int j = 0; j < G; j++) {  // softmax over the row's keys (other lanes of their panels are never used)
-    const int f = first[j / g], e = n[j / g];
-    float* s = scores + size_t(j) * ns;
-    const typename V::reg vmx = V::set1(row_max<V>(s, f, e));
-    for (int i = f / kPanel * kPanel; i < pad_to(e); i += V::W) V::store(s + i, V::exp(V::sub(V::load(s + i), vmx)));
-    const typename V::reg vsum = V::set1(row_sum<V>(s, f, e));
-    for (int i = f / kPanel * kPanel; i < pad_to(e); i += V::W) V::store(s + i, V::div(V::load(s + i), vsum));
-    for (int c = 0; c < hdp; c += V::W) V::store(out + size_t(j) * hdp + c, V::zero());
-  }
-  if (lo < hi) {
-    for (int j = 0; j < G; j++)
-      attend_values_rows<V, KV, 1>(scores + size_t(j) * ns, ns, v, first[j / g], lo, hdp, out + size_t(j) * hdp);
-    attend_values_rows<V, KV, G>(scores, ns, v, lo, hi, hdp, out);
-    for (int j = 0; j < G; j++)
-      attend_values_rows<V, KV, 1>(scores + size_t(j) * ns, ns, v, hi, n[j / g], hdp, out + size_t(j) * hdp);
-  } else {  // no key that every row attends to (sliding windows far apart)
-    for (int j = 0; j < G; j++)
-      attend_values_rows<V, KV, 1>(scores + size_t(j) * ns, ns, v, first[j / g], n[j / g], hdp,
-                                   out + size_t(j) * hdp);
+  const int ns = pad_to(nmax);
+  if (phase == AttendPhase::Scores) {
+    const float* qr[G];
+    for (int j = 0; j < G; j++) qr[j] = q + (j / g) * q_stride + size_t(j % g) * hdp;
+    const int np = std::min(hi, pad_to(nmax, kPanel) / kPanel);
+    constexpr int PB = G == 1 ? 3 : (G == 2 ? 2 : 1);  // enough chains to hide the FMA latency
+    int pi = std::max(lo, fmin / kPanel);
+    for (; pi + PB <= np; pi += PB) attend_scores<V, KV, G, PB>(qr, hdp, k, pi, scale, scores, ns);
+    for (; pi < np; pi++) attend_scores<V, KV, G, 1>(qr, hdp, k, pi, scale, scores, ns);
+  } else if (phase == AttendPhase::Softmax) {
+    for (int j = lo; j < std::min(hi, G); j++) {  // over the row's keys (other lanes of their panels are never used)
+      const int f = first[j / g], e = n[j / g];
+      float* s = scores + size_t(j) * ns;
+      const typename V::reg vmx = V::set1(row_max<V>(s, f, e));
+      for (int i = f / kPanel * kPanel; i < pad_to(e); i += V::W)
+        V::store(s + i, V::exp(V::sub(V::load(s + i), vmx)));
+      const typename V::reg vsum = V::set1(row_sum<V>(s, f, e));
+      for (int i = f / kPanel * kPanel; i < pad_to(e); i += V::W) V::store(s + i, V::div(V::load(s + i), vsum));
+      for (int c = 0; c < hdp; c += V::W) V::store(out + size_t(j) * hdp + c, V::zero());
+    }
+  } else {
+    const int c0 = lo, c1 = std::min(hi, hdp);
+    if (shared_lo < shared_hi) {
+      for (int j = 0; j < G; j++)
+        attend_values_rows<V, KV, 1>(scores + size_t(j) * ns, ns, v, first[j / g], shared_lo, hdp, c0, c1,
+                                     out + size_t(j) * hdp);
+      attend_values_rows<V, KV, G>(scores, ns, v, shared_lo, shared_hi, hdp, c0, c1, out);
+      for (int j = 0; j < G; j++)
+        attend_values_rows<V, KV, 1>(scores + size_t(j) * ns, ns, v, shared_hi, n[j / g], hdp, c0, c1,
+                                     out + size_t(j) * hdp);
+    } else {  // no key that every row attends to (sliding windows far apart)
+      for (int j = 0; j < G; j++)
+        attend_values_rows<V, KV, 1>(scores + size_t(j) * ns, ns, v, first[j / g], n[j / g], hdp, c0, c1,
+                                     out + size_t(j) * hdp);
+    }
   }
 }
 
 template <class V, class KV>
-void attend(const float* q, int g, int nt, size_t q_stride, const void* kp, const void* vp, const int* first,
-            const int* n, int hdp, float scale, float* scores, float* out) {
+void attend_part(AttendPhase phase, int lo, int hi, const float* q, int g, int nt, size_t q_stride, const void* kp,
+                 const void* vp, const int* first, const int* n, int hdp, float scale, float* scores, float* out) {
   const KV *k = static_cast<const KV*>(kp), *v = static_cast<const KV*>(vp);
   switch (g * nt) {
-    case 1: return attend_rows<V, KV, 1>(q, g, q_stride, k, v, first, n, hdp, scale, scores, out);
-    case 2: return attend_rows<V, KV, 2>(q, g, q_stride, k, v, first, n, hdp, scale, scores, out);
-    case 3: return attend_rows<V, KV, 3>(q, g, q_stride, k, v, first, n, hdp, scale, scores, out);
-    case 4: return attend_rows<V, KV, 4>(q, g, q_stride, k, v, first, n, hdp, scale, scores, out);
-    case 5: return attend_rows<V, KV, 5>(q, g, q_stride, k, v, first, n, hdp, scale, scores, out);
-    case 6: return attend_rows<V, KV, 6>(q, g, q_stride, k, v, first, n, hdp, scale, scores, out);
+    case 1: return attend_rows<V, KV, 1>(phase, lo, hi, q, g, q_stride, k, v, first, n, hdp, scale, scores, out);
+    case 2: return attend_rows<V, KV, 2>(phase, lo, hi, q, g, q_stride, k, v, first, n, hdp, scale, scores, out);
+    case 3: return attend_rows<V, KV, 3>(phase, lo, hi, q, g, q_stride, k, v, first, n, hdp, scale, scores, out);
+    case 4: return attend_rows<V, KV, 4>(phase, lo, hi, q, g, q_stride, k, v, first, n, hdp, scale, scores, out);
+    case 5: return attend_rows<V, KV, 5>(phase, lo, hi, q, g, q_stride, k, v, first, n, hdp, scale, scores, out);
+    case 6: return attend_rows<V, KV, 6>(phase, lo, hi, q, g, q_stride, k, v, first, n, hdp, scale, scores, out);
   }
+}
+
+template <class V, class KV>
+void attend(const float* q, int g, int nt, size_t q_stride, const void* k, const void* v, const int* first,
+            const int* n, int hdp, float scale, float* scores, float* out) {
+  attend_whole(attend_part<V, KV>, q, g, nt, q_stride, k, v, first, n, hdp, scale, scores, out);
 }
 
 // fp16 bits of x, rounded to nearest even: W at a time, the tail one by one (the same rounding).
@@ -436,6 +452,7 @@ Kernels make_kernels(const char* name) {
                  {qmatmul<V, WType::Q8>, qmatmul<V, WType::Q4>},
                  quantize<V>,
                  {attend<V, float>, attend<V, uint16_t>},
+                 {attend_part<V, float>, attend_part<V, uint16_t>},
                  {glu<V, Activation::Silu>, glu<V, Activation::GeluTanh>},
                  to_f16<V>};
 }

@@ -65,8 +65,8 @@ Model::Model(const Config& cfg, int n_rope, const float* rope_cos, const float* 
   qd_ = Buffer(sizeof(float) * S * maxp / kQBlock);
   qdsum_ = Buffer(sizeof(float) * S * maxp / kQBlock);
   logits_ = Buffer(sizeof(float) * max_rows_ * pad_to(cfg.vocab));
-  scores_ = Buffer(sizeof(float) * pool_.size() * kMaxAttendRows * pad_to(max_cache_len));
-  head_out_ = Buffer(sizeof(float) * pool_.size() * kMaxAttendRows * hdp_);
+  scores_ = Buffer(sizeof(float) * 2 * pool_.size() * kMaxAttendRows * pad_to(max_cache_len));
+  head_out_ = Buffer(sizeof(float) * 2 * pool_.size() * kMaxAttendRows * hdp_);
   n_counters_ = 8 * cfg.n_layer + 8;  // 7 matmuls per layer and the head; beyond: static shares
   next_panel_ = std::make_unique<Counter[]>(size_t(n_counters_) * pool_.size());
   matmuls_entered_ = std::make_unique<Counter[]>(pool_.size());
@@ -346,6 +346,90 @@ void Model::matmul_part(const Matrix& m, const float* x, int rows, int ldx, floa
   }
 }
 
+// Attention calls: (run, KV head, block of the query heads sharing it). With at least two calls per thread each
+// thread makes whole calls, dealt round robin (a prefill's later tokens attend to more keys: contiguous shares were
+// unequal, pp512 -9..13%). With fewer (one token, few KV heads: 3 calls for 2 threads in SmolLM2) and long enough
+// contexts, the calls are made in parts (AttendPartFn): the threads share out key panels, then rows, then output
+// columns, with a barrier between, so each reads an even share of the cache; the parts give the whole call's bits.
+// 1-token int4 SmolLM2 step, 2 threads (A/B medians): 64 keys +1% (two more barriers), 256 keys -2.5%, 448 -4%,
+// 960 -5%; hence parts from 128 keys on.
+constexpr int kSplitAttentionKeys = 128;
+
+void Model::attention(int l, const int32_t* slots, const int32_t* positions, int blocks, int tid) {
+  const Config& c = cfg_;
+  const int group = c.n_head / c.n_kv_head, window = c.layer_window[l];
+  const int calls = (int(attend_runs_.size()) - 1) * c.n_kv_head * blocks;
+  struct Call {
+    const float* q;
+    int nt, g, t0, h0;
+    const void *k, *v;
+    int first[kMaxAttendRows], n[kMaxAttendRows];
+    int p0, p1;  // the key panels the call reads
+  };
+  auto describe = [&](int call) {
+    Call a;
+    const int run = call / (c.n_kv_head * blocks), kvh = call / blocks % c.n_kv_head, b = call % blocks;
+    a.t0 = attend_runs_[run], a.nt = attend_runs_[run + 1] - a.t0;
+    a.h0 = kvh * group + b * group / blocks, a.g = kvh * group + (b + 1) * group / blocks - a.h0;
+    a.q = qh_.as<float>() + (size_t(a.t0) * c.n_head + a.h0) * hdp_;
+    a.k = cache_head(cache_k_, slots[a.t0], l, kvh), a.v = cache_head(cache_v_, slots[a.t0], l, kvh);
+    a.p0 = 1 << 30, a.p1 = 0;
+    for (int i = 0; i < a.nt; i++) {
+      a.n[i] = positions[a.t0 + i] + 1;
+      a.first[i] = window ? std::max(0, a.n[i] - window) : 0;
+      a.p0 = std::min(a.p0, a.first[i] / kPanel), a.p1 = std::max(a.p1, (a.n[i] + kPanel - 1) / kPanel);
+    }
+    return a;
+  };
+  // columns [c0, c1) of the call's output rows (hout) into att_
+  auto gather = [&](const Call& a, const float* hout, int c0, int c1) {
+    if (c0 >= std::min(c1, c.head_dim)) return;
+    for (int j = 0; j < a.g * a.nt; j++)
+      std::memcpy(att_.as<float>() + size_t(a.t0 + j / a.g) * qp_ + (a.h0 + j % a.g) * c.head_dim + c0,
+                  hout + size_t(j) * hdp_ + c0, sizeof(float) * (std::min(c1, c.head_dim) - c0));
+  };
+  const size_t scores_stride = size_t(kMaxAttendRows) * pad_to(max_cache_);
+  int longest = 0;  // keys of the longest call (the last token of a run has the most)
+  for (size_t r = 1; r < attend_runs_.size(); r++) longest = std::max(longest, positions[attend_runs_[r] - 1] + 1);
+  if (calls >= 2 * pool_.size() || longest < kSplitAttentionKeys) {
+    float* scores = scores_.as<float>() + tid * scores_stride;
+    float* hout = head_out_.as<float>() + size_t(tid) * kMaxAttendRows * hdp_;
+    for (int call = tid; call < calls; call += pool_.size()) {
+      const Call a = describe(call);
+      kern_->attend[int(c.kv_type)](a.q, a.g, a.nt, size_t(c.n_head) * hdp_, a.k, a.v, a.first, a.n, hdp_,
+                                    c.attn_scale, scores, hout);
+      gather(a, hout, 0, c.head_dim);
+    }
+    return;
+  }
+  // In parts: call i uses the i-th of the scores and output buffers (there are two per thread).
+  const AttendPartFn part = kern_->attend_part[int(c.kv_type)];
+  auto run_phase = [&](AttendPhase phase, auto&& units_of, int per_unit) {
+    int total = 0;
+    for (int i = 0; i < calls; i++) total += (units_of(describe(i)) + per_unit - 1) / per_unit;
+    const auto [u0, u1] = pool_.split(total, tid);
+    for (int i = 0, base = 0; i < calls && base < u1; i++) {
+      const Call a = describe(i);
+      const int units = units_of(a), count = (units + per_unit - 1) / per_unit;
+      for (int u = std::max(u0, base); u < std::min(u1, base + count); u++) {
+        const int lo = (u - base) * per_unit, hi = std::min(units, lo + per_unit);
+        float* scores = scores_.as<float>() + i * scores_stride;
+        float* hout = head_out_.as<float>() + size_t(i) * kMaxAttendRows * hdp_;
+        const int shift = phase == AttendPhase::Scores ? a.p0 : 0;
+        part(phase, lo + shift, hi + shift, a.q, a.g, a.nt, size_t(c.n_head) * hdp_, a.k, a.v, a.first, a.n, hdp_,
+             c.attn_scale, scores, hout);
+        if (phase == AttendPhase::Values) gather(a, hout, lo, hi);
+      }
+      base += count;
+    }
+  };
+  run_phase(AttendPhase::Scores, [](const Call& a) { return a.p1 - a.p0; }, 4);  // 64 keys a share
+  pool_.barrier();
+  run_phase(AttendPhase::Softmax, [](const Call& a) { return a.g * a.nt; }, 1);
+  pool_.barrier();
+  run_phase(AttendPhase::Values, [&](const Call&) { return hdp_; }, kAttendColumns);
+}
+
 void Model::step(const int32_t* tokens, const int32_t* slots, const int32_t* positions, int T,
                  const int32_t* out_rows, int R, int32_t* argmax) {
   const Config& c = cfg_;
@@ -386,29 +470,7 @@ void Model::step(const int32_t* tokens, const int32_t* slots, const int32_t* pos
       rope_and_cache(l, slots, positions, T, tid);
       pool_.barrier();
 
-      // Work items: (run, KV head, block of the query heads sharing it), dealt round robin: a prefill's later tokens
-      // attend to more keys, so contiguous shares were unequal (pp512 -9..13%).
-      const int window = c.layer_window[l];
-      float* scores = scores_.as<float>() + size_t(tid) * kMaxAttendRows * pad_to(max_cache_);
-      float* hout = head_out_.as<float>() + size_t(tid) * kMaxAttendRows * hdp_;
-      const int runs = int(attend_runs_.size()) - 1;
-      for (int item = tid; item < runs * c.n_kv_head * blocks; item += pool_.size()) {
-        const int run = item / (c.n_kv_head * blocks), kvh = item / blocks % c.n_kv_head, b = item % blocks;
-        const int t0r = attend_runs_[run], nt = attend_runs_[run + 1] - t0r;
-        const int h0 = kvh * group + b * group / blocks, g = kvh * group + (b + 1) * group / blocks - h0;
-        int first[kMaxAttendRows], n[kMaxAttendRows];
-        for (int i = 0; i < nt; i++) {
-          n[i] = positions[t0r + i] + 1;
-          first[i] = window ? std::max(0, n[i] - window) : 0;
-        }
-        kern_->attend[int(c.kv_type)](qh_.as<float>() + (size_t(t0r) * c.n_head + h0) * hdp_, g, nt,
-                                      size_t(c.n_head) * hdp_, cache_head(cache_k_, slots[t0r], l, kvh),
-                                      cache_head(cache_v_, slots[t0r], l, kvh), first, n, hdp_, c.attn_scale, scores,
-                                      hout);
-        for (int j = 0; j < g * nt; j++)
-          std::memcpy(att_.as<float>() + size_t(t0r + j / g) * qp_ + (h0 + j % g) * c.head_dim,
-                      hout + size_t(j) * hdp_, sizeof(float) * c.head_dim);
-      }
+      attention(l, slots, positions, blocks, tid);
       pool_.barrier();
       if (wtype_quantized(L.wo.type)) {
         for_pieces(pool_, T, qp_, tid,

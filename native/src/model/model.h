@@ -88,6 +88,8 @@ class Model {
   // share of the rows, as for_pieces deals them).
   void add_residual(const Matrix& m, const float* in, int ldin, const Buffer& post_norm, int T, int tid);
   void rope_and_cache(int layer, const int32_t* slots, const int32_t* positions, int T, int tid);
+  // This thread's part of the attention of layer l (query heads in qh_, keys and values in the cache) into att_.
+  void attention(int l, const int32_t* slots, const int32_t* positions, int blocks, int tid);
   char* cache_head(Buffer& cache, int slot, int layer, int kv_head) const;  // K: panels; V: [pos][hdp]
   size_t kv_bytes() const { return cfg_.kv_type == KVType::F16 ? 2 : 4; }  // per cache element
   // Writes hd floats into the cache at dst (element stride `stride`), in the cache's element type.
@@ -123,7 +125,7 @@ class Model {
   Buffer x_, xn_, q_, k_, v_, qh_, att_, gate_, up_;
   Buffer qx_, qd_, qdsum_;  // quantized activations: [max_step, max kp] int8, [max_step, max kp / kQBlock] x2
   Buffer logits_;  // [max_out_rows, vocab_stride]
-  Buffer scores_, head_out_;  // per thread: [kMaxAttendRows][pad(max_cache)], [kMaxAttendRows][hdp]
+  Buffer scores_, head_out_;  // two per thread: [kMaxAttendRows][pad(max_cache)], [kMaxAttendRows][hdp]
   std::vector<int> attend_runs_;  // the step's runs of tokens attended together: starts, then T
   // Matmuls hand their panels out in chunks: the i-th matmul of a step has one counter per thread's share
   // (next_panel_[i * threads + share]: panels claimed of that share), and each thread counts the matmuls it has
