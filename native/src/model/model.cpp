@@ -389,9 +389,12 @@ void Model::attention(int l, const int32_t* slots, const int32_t* positions, int
                   hout + size_t(j) * hdp_ + c0, sizeof(float) * (std::min(c1, c.head_dim) - c0));
   };
   const size_t scores_stride = size_t(kMaxAttendRows) * pad_to(max_cache_);
-  int longest = 0;  // keys of the longest call (the last token of a run has the most)
-  for (size_t r = 1; r < attend_runs_.size(); r++) longest = std::max(longest, positions[attend_runs_[r] - 1] + 1);
-  if (calls >= 2 * pool_.size() || longest < kSplitAttentionKeys) {
+  auto longest = [&] {  // keys of the longest call (the last token of a run has the most)
+    int keys = 0;
+    for (size_t r = 1; r < attend_runs_.size(); r++) keys = std::max(keys, positions[attend_runs_[r] - 1] + 1);
+    return keys;
+  };
+  if (calls >= 2 * pool_.size() || longest() < kSplitAttentionKeys) {
     float* scores = scores_.as<float>() + tid * scores_stride;
     float* hout = head_out_.as<float>() + size_t(tid) * kMaxAttendRows * hdp_;
     for (int call = tid; call < calls; call += pool_.size()) {
