@@ -52,7 +52,7 @@ def default_threads() -> int:
 def trim_memory() -> None:
     """Returns the C heap's free pages to the system (glibc's malloc_trim; elsewhere nothing). Call it once the
     float model has been let go: the blocks it freed sit in the middle of the heap and would otherwise stay
-    resident (SmolLM2-135M int4, steady RSS of a fresh process: 527 -> 389 MB)."""
+    resident (SmolLM2-135M int4, steady RSS of a fresh process in the test install: 527 -> 503 MB)."""
     libc = ctypes.CDLL(ctypes.util.find_library("c")) if os.name == "posix" else None
     if libc is not None and hasattr(libc, "malloc_trim"):
         libc.malloc_trim(0)

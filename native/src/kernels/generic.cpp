@@ -325,7 +325,7 @@ void attend_part_generic(AttendPhase phase, int lo, int hi, const float* q, int 
     float* s = scores + size_t(j) * ns;
     if (phase == AttendPhase::Scores) {
       const float* qj = q + t * q_stride + size_t(j % g) * hdp;
-      const int i1 = hi >= (e + kPanel - 1) / kPanel ? e : hi * kPanel;
+      const int i1 = int(std::min<int64_t>(e, int64_t(hi) * kPanel));  // hi may be 1 << 30
       for (int i = std::max(f, lo * kPanel); i < i1; i++) {
         float dot = 0.f;
         for (int d = 0; d < hdp; d++) dot += qj[d] * kv_value<KV>(k, panel_index(i, d, hdp));

@@ -506,9 +506,9 @@ void Model::step(const int32_t* tokens, const int32_t* slots, const int32_t* pos
       quantize_part(head, xn, ep_, r, c0, c1);
     });
     pool_.barrier();
-    auto [r0, r1] = pool_.split(R, tid);
     matmul_part(head, xn, R, ep_, logits_.as<float>(), vocab_stride(), false, tid);
     pool_.barrier();
+    const auto [r0, r1] = pool_.split(R, tid);
     for (int r = r0; r < r1; r++) {
       const float* lr = logits_.as<float>() + size_t(r) * vocab_stride();
       int best = 0;
