@@ -210,12 +210,14 @@ def test_attend_in_parts_gives_the_bits_of_the_whole_call(isa, g, ends, first, h
             assert np.allclose(parts[:g], ref, rtol=0, atol=2e-5 * np.abs(v).max() * max(1.0, smax))
 
 
-def test_matmul_is_identical_across_isas():
+@pytest.mark.parametrize("m", [7, 40])
+def test_matmul_is_identical_across_isas(m):
     """Every ISA runs the same FMA chain per output (over k for float weights, over blocks of exact integer dot
-    products for quantized ones), so the results match the reference bit for bit."""
+    products for quantized ones), so the results match the reference bit for bit. 40 rows: the tiles of a Q4
+    panel share it unpacked to bytes."""
     rng = np.random.default_rng(11)
     for k in SIZES:
-        x = rng.standard_normal((7, k)).astype(np.float32)
+        x = rng.standard_normal((m, k)).astype(np.float32)
         for wtype in WTYPES:
             raw, _ = weights(19, k, wtype, rng)
             ref = _native.kernel_matmul("generic", x, raw, WTYPES[wtype][0])

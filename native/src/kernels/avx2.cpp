@@ -49,8 +49,10 @@ struct Avx2 {
 
   // Quantized formats: 8 int32 lanes = 8 rows of a panel; a register of weights holds 4 k-steps of 8 rows.
   using ireg = __m256i;
-  // tokens per quantized tile: 5 x 2 dot products + weights, |weights|, x (m = 5, 9: ~10% over 4-token tiles)
-  static constexpr int TBQ = 5;
+  // tokens per quantized tile. Q8: 5 x 2 dot products + weights, |weights|, x (m = 5, 9: ~10% over 4-token
+  // tiles; 6 spills). Q4: 6 x 2 + weights + x, the nibble mask read from memory (with unpacked panels, m = 48:
+  // 81 -> 91 GMAC/s per core over 5 rows and packed panels).
+  static constexpr int TBQ = 5, TBQ4 = 6;
   static constexpr int NPQ_GEMV = 4;  // panels per quantized GEMV tile (1-token int4 step 3.6-4.0 ms vs 4.0-4.8 with 2, noisy)
   static void pin(ireg& a) { asm("" : "+v"(a)); }  // keeps a in a register (see qmatmul_tile)
   static ireg izero() { return _mm256_setzero_si256(); }
@@ -70,6 +72,7 @@ struct Avx2 {
     }
   }
   static ireg abs8(ireg w) { return _mm256_abs_epi8(w); }
+  static void store_qw(uint8_t* p, ireg a) { _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), a); }
   // Activation quantization: |x|, int32 lanes rounded to nearest even, their sum, and 32 of them stored as int8
   // (in range: the levels are within [-127, 127]).
   static reg abs(reg a) { return _mm256_andnot_ps(_mm256_set1_ps(-0.f), a); }

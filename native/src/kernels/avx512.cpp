@@ -55,7 +55,7 @@ struct Avx512 {
   // Quantized formats: 16 int32 lanes = the 16 rows of a panel; a register of weights holds 4 k-steps of each.
   // vpdpbusd (AVX512_VNNI) adds u8 x s8 products of 4 bytes into int32 without intermediate saturation.
   using ireg = __m512i;
-  static constexpr int TBQ = 12;
+  static constexpr int TBQ = 12, TBQ4 = 12;
   static constexpr int NPQ_GEMV = 4;
   static void pin(ireg& a) { KWKER_AVX512_PIN(a); }  // keeps a in a register (see qmatmul_tile)
   static ireg izero() { return _mm512_setzero_si512(); }
@@ -76,6 +76,7 @@ struct Avx512 {
     }
   }
   static ireg abs8(ireg w) { return _mm512_abs_epi8(w); }
+  static void store_qw(uint8_t* p, ireg a) { _mm512_storeu_si512(p, a); }
   // Activation quantization (see Avx2)
   static reg abs(reg a) { return _mm512_abs_ps(a); }
   static ireg cvt_round(reg a) { return _mm512_cvtps_epi32(a); }

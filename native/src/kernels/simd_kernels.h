@@ -3,11 +3,11 @@
 // V provides: reg, W (floats per register), TB (tokens per register tile in the multi-row matmul), NP_GEMV
 // (panels per tile when m == 1), zero/load/store/set1/fma/add/mul/div/sub/min/max/round/pow2i, hmax, hsum (a fixed
 // reduction tree), exp, load_w<WType> (W float-format weights as floats), load_f16 (W fp16 values), store_f16 (W
-// floats as fp16, rounded to nearest even); and for the
-// quantized formats an integer register ireg of W int32 lanes (one per output row): TBQ / NPQ_GEMV (tile shapes),
-// izero, cvt (int32 -> float), bcast4 (4 activation bytes to every lane), load_qw<WType>(group, j)
-// (the 4 k-steps of W rows of a weight group: Q8 as int8, Q4 as its unsigned nibbles), abs8, dot_q8(acc, |w|, w, x)
-// and dot_q4(acc, w, x) (exact integer dot products of 4 k-steps into the lane), finish_q4 (to int32 lanes).
+// floats as fp16, rounded to nearest even); and for the quantized formats an integer register ireg of W int32 lanes
+// (one per output row): TBQ, TBQ4 (Q4) and NPQ_GEMV (tile shapes), izero, cvt (int32 -> float), bcast4 (4
+// activation bytes to every lane), load_qw<WType>(group, j) (the 4 k-steps of W rows of a weight group: Q8 as int8,
+// Q4 as its unsigned nibbles), store_qw (such a register as bytes), abs8, dot_q8(acc, |w|, w, x) and dot_q4(acc, w,
+// x) (exact integer dot products of 4 k-steps into the lane), finish_q4 (to int32 lanes).
 //
 // Batch invariance: see kernels.h. The matmul keeps one lane per output element, a chain of FMAs over k (float
 // formats) or over blocks (quantized) in order; the attention keeps one register chain per (query, key) dot
@@ -16,7 +16,10 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
+#include <cstring>
 #include <type_traits>
+#include <vector>
 
 #include "kernels.h"
 
@@ -76,15 +79,18 @@ inline void matmul_tile(const float* x, int ldx, const void* w, int kp, int p, f
 // Not inlined: inlined into qmatmul, the tiles of 2, 3 and 1 row of a multi-row call were compiled with their sums
 // spilled (Q4 on AVX2: 3, 5, 6 and 9 rows ran at ~50 GMAC/s per core against ~95 for 4 and 8; out of line all run
 // at 82-96). Those are the sizes of speculative verify steps.
-template <class V, WType T, int TB, int NP>
-__attribute__((noinline)) void qmatmul_tile(const QRows& x, int kp, const void* w, int p, float* y, int ldy,
+//
+// Unpacked (U): the panels are Q4 unpacked to a byte per weight (unpack_q4_panel), read as Q8's groups are.
+template <class V, WType T, int TB, int NP, bool U = false>
+__attribute__((noinline)) void qmatmul_tile(const QRows& x, int kp, const uint8_t* base, int p, float* y, int ldy,
                                             const float* bias, bool accumulate) {
   using R = typename V::reg;
   using I = typename V::ireg;
   constexpr int RP = kPanel / V::W, J = NP * RP;
+  constexpr WType LT = U ? WType::Q8 : T;  // the layout of the groups
+  constexpr size_t group_bytes = qgroup_bytes(LT), block_bytes = qheader_bytes(T) + group_bytes * kQBlock / kQGroup;
   const int nb = kp / kQBlock;
-  const size_t panel_stride = size_t(nb) * qblock_bytes(T);
-  const uint8_t* base = static_cast<const uint8_t*>(w) + size_t(p) * panel_stride;
+  const size_t panel_stride = size_t(nb) * block_bytes;
   // The float accumulators live in L1 between blocks (one load and store per block): held in registers, they
   // crowd out the integer dot products of the hot loop, which the compiler then spills on every group.
   alignas(64) float accm[TB][J * V::W];
@@ -93,24 +99,24 @@ __attribute__((noinline)) void qmatmul_tile(const QRows& x, int kp, const void* 
   for (int b = 0; b < nb; b++) {
     const uint8_t* blk[NP];
 #pragma GCC unroll 16
-    for (int q = 0; q < NP; q++) blk[q] = base + q * panel_stride + size_t(b) * qblock_bytes(T);
+    for (int q = 0; q < NP; q++) blk[q] = base + q * panel_stride + size_t(b) * block_bytes;
     I dot[TB][J];
     fill(dot, V::izero());
     const int8_t* xb = x.q + size_t(b) * kQBlock;
     // Multi-row tiles are compute-heavy enough that the hardware prefetcher alone leaves the next panel's fetch
     // to start when it is needed, so memory and compute take turns: ask for the next panel's block now (one
     // sequence of 5 tokens, int4 SmolLM2: step -10%; 8 sequences: -6.5%; no gain for one row, or for floats).
-    if constexpr (TB > 1) {
-      const uint8_t* next = base + NP * panel_stride + size_t(b) * qblock_bytes(T);
+    if constexpr (TB > 1 && !U) {
+      const uint8_t* next = base + NP * panel_stride + size_t(b) * block_bytes;
 #pragma GCC unroll 8
-      for (size_t o = 0; o < qblock_bytes(T); o += 64) __builtin_prefetch(next + o);
+      for (size_t o = 0; o < block_bytes; o += 64) __builtin_prefetch(next + o);
     }
 #pragma GCC unroll 1  // unrolled, GCC reassociates the integer sums into a tree and spills every product
     for (int g = 0; g < kQBlock / kQGroup; g++) {
       I wv[J], wa[J];
 #pragma GCC unroll 16
       for (int j = 0; j < J; j++) {
-        wv[j] = V::template load_qw<T>(blk[j / RP] + qheader_bytes(T) + g * qgroup_bytes(T), j % RP);
+        wv[j] = V::template load_qw<LT>(blk[j / RP] + qheader_bytes(T) + g * group_bytes, j % RP);
         if constexpr (T == WType::Q8) wa[j] = V::abs8(wv[j]);
       }
 #pragma GCC unroll 16
@@ -176,8 +182,9 @@ constexpr int kRowBlock = 48;
 // [t, t + ROWS) against panels [p, p + NP). One row: NPV panels per tile (enough chains to hide latency); two
 // rows: NP2 (1: the general case). More rows: blocks of kRowBlock rows, each split into balanced tiles of at most
 // TB rows (8 rows: 4 + 4, not 6 + 2, so the weights a tile loads serve more rows), for every panel.
-template <int TB, int NPV, int NP2, class Tile>
-inline void for_each_tile(int m, int p0, int p1, const Tile& tile) {
+// panel(p, tiles) is called before the tiles of each panel of a row block.
+template <int TB, int NPV, int NP2, class Tile, class Panel>
+inline void for_each_tile(int m, int p0, int p1, const Tile& tile, const Panel& panel) {
   if (m == 1) {
     int p = p0;
     for (; p + NPV <= p1; p += NPV) tile(Int<1>{}, Int<NPV>{}, 0, p);
@@ -196,6 +203,7 @@ inline void for_each_tile(int m, int p0, int p1, const Tile& tile) {
     const int mc = std::min(kRowBlock, m - m0);
     const int tiles = (mc + TB - 1) / TB;
     for (int p = p0; p < p1; p++) {
+      panel(p, tiles);
       for (int i = 0, t = m0; i < tiles; i++) {
         const int rows = mc / tiles + (i < mc % tiles ? 1 : 0);
         with_rows<TB>(rows, [&](auto r) { tile(r, Int<1>{}, t, p); });
@@ -209,21 +217,65 @@ template <class V, WType T>
 void matmul(const float* x, int m, int ldx, const void* w, int kp, int p0, int p1, float* y, int ldy,
             const float* bias, bool accumulate) {
   // bf16, two rows (a verify step of one proposed token): 2 panels per tile 25 -> 33 GFMA/s per core on AVX2
-  for_each_tile<V::TB, V::NP_GEMV, 2>(m, p0, p1, [&](auto rows, auto np, int t, int p) {
-    matmul_tile<V, T, decltype(rows)::value, decltype(np)::value>(x + size_t(t) * ldx, ldx, w, kp, p,
-                                                                   y + size_t(t) * ldy, ldy, bias, accumulate);
-  });
+  for_each_tile<V::TB, V::NP_GEMV, 2>(
+      m, p0, p1,
+      [&](auto rows, auto np, int t, int p) {
+        matmul_tile<V, T, decltype(rows)::value, decltype(np)::value>(x + size_t(t) * ldx, ldx, w, kp, p,
+                                                                       y + size_t(t) * ldy, ldy, bias, accumulate);
+      },
+      [](int, int) {});
+}
+
+// A Q4 panel with its nibbles unpacked to a byte each, in Q8's group layout (the headers as they are), in a buffer
+// of the calling thread. The tiles of a row block then share one unpacking (3 operations per group) instead of
+// each repeating it. The next panel is prefetched meanwhile, as qmatmul_tile does for packed panels.
+template <class V>
+const uint8_t* unpack_q4_panel(const uint8_t* panel, int nb, size_t panel_stride) {
+  constexpr int RP = kPanel / V::W;
+  constexpr size_t hb = qheader_bytes(WType::Q4), gin = qgroup_bytes(WType::Q4), gout = qgroup_bytes(WType::Q8);
+  constexpr size_t in_block = qblock_bytes(WType::Q4), out_block = hb + gout * (kQBlock / kQGroup);
+  thread_local std::vector<uint8_t> buffer;
+  const size_t bytes = size_t(nb) * out_block + 64;
+  if (buffer.size() < bytes) buffer.resize(bytes);
+  uint8_t* out = buffer.data() + (-reinterpret_cast<uintptr_t>(buffer.data()) & 63);  // 64-byte aligned
+  for (int b = 0; b < nb; b++) {
+    const uint8_t* src = panel + size_t(b) * in_block;
+    uint8_t* dst = out + size_t(b) * out_block;
+#pragma GCC unroll 8
+    for (size_t o = 0; o < in_block; o += 64) __builtin_prefetch(src + panel_stride + o);
+    std::memcpy(dst, src, hb);
+#pragma GCC unroll 8
+    for (int g = 0; g < kQBlock / kQGroup; g++)
+#pragma GCC unroll 2
+      for (int j = 0; j < RP; j++)
+        V::store_qw(dst + hb + g * gout + j * (gout / RP), V::template load_qw<WType::Q4>(src + hb + g * gin, j));
+  }
+  return out;
 }
 
 template <class V, WType T>
 void qmatmul(const QRows& x, int m, const void* w, int kp, int p0, int p1, float* y, int ldy, const float* bias,
              bool accumulate) {
-  const size_t nb = kp / kQBlock;
-  for_each_tile<V::TBQ, V::NPQ_GEMV, 1>(m, p0, p1, [&](auto rows, auto np, int t, int p) {
-    const QRows xt{x.q + size_t(t) * kp, x.d + t * nb, x.dsum + t * nb};
-    qmatmul_tile<V, T, decltype(rows)::value, decltype(np)::value>(xt, kp, w, p, y + size_t(t) * ldy, ldy, bias,
-                                                                    accumulate);
-  });
+  const int nb = kp / kQBlock;
+  const size_t panel_stride = size_t(nb) * qblock_bytes(T);
+  const uint8_t* wb = static_cast<const uint8_t*>(w);
+  // Q4: the current panel unpacked, when 3 tiles or more share it (2 tiles, m = 9: GEMM -9%)
+  const uint8_t* unpacked = nullptr;
+  for_each_tile<T == WType::Q4 ? V::TBQ4 : V::TBQ, V::NPQ_GEMV, 1>(
+      m, p0, p1,
+      [&](auto rows, auto np, int t, int p) {
+        constexpr int R = decltype(rows)::value, NP = decltype(np)::value;
+        const QRows xt{x.q + size_t(t) * kp, x.d + size_t(t) * nb, x.dsum + size_t(t) * nb};
+        float* yt = y + size_t(t) * ldy;
+        if constexpr (T == WType::Q4 && NP == 1) {
+          if (unpacked) return qmatmul_tile<V, T, R, NP, true>(xt, kp, unpacked, p, yt, ldy, bias, accumulate);
+        }
+        qmatmul_tile<V, T, R, NP>(xt, kp, wb + size_t(p) * panel_stride, p, yt, ldy, bias, accumulate);
+      },
+      [&](int p, int tiles) {
+        if constexpr (T == WType::Q4)
+          unpacked = tiles > 2 ? unpack_q4_panel<V>(wb + size_t(p) * panel_stride, nb, panel_stride) : nullptr;
+      });
 }
 
 // quantize_rows (generic.cpp) in registers: a block's 32 values are loaded once for its max and its levels.
