@@ -40,6 +40,8 @@ class BatchRunner:
 
     def step(self, seqs: list[SequenceState]) -> list[tuple[SequenceState, list[GenerationChunk]]]:
         """One round: every sequence's plan, packed into as few native steps as the step limits allow."""
+        if all(seq.fast for seq in seqs):  # torch is not used: the native argmax is every answer
+            return self._step(seqs)
         with _one_torch_thread():
             return self._step(seqs)
 
@@ -72,6 +74,8 @@ class BatchRunner:
                 out_rows.append(base + len(feed) - 1)
             spans.append((first, len(out_rows)))
         need_logits = any(not seq.fast and rows != "none" for seq, _, _, rows in group)
+        for seq, _, start, _ in group:  # what stays valid if the step fails midway
+            del self.dec._cached[seq.slot][start:]
         t0 = time.perf_counter()
         argmax = self.dec._step.step(np.asarray(ids, np.int32), np.asarray(slots, np.int32),
                                        np.asarray(positions, np.int32), np.asarray(out_rows, np.int32)).tolist()
@@ -80,7 +84,7 @@ class BatchRunner:
         results = []
         for (seq, feed, start, rows), (a, b) in zip(group, spans):
             chunks = seq.absorb(len(feed), argmax[a:b], None if logits is None else logits[a:b], seconds)
-            self.dec._cached[seq.slot] = seq.tokens[:seq.cached_len]
+            self.dec._cached[seq.slot].extend(seq.tokens[start:seq.cached_len])  # this step's verified tokens
             results.append((seq, chunks))
         return results
 

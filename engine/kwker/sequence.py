@@ -4,6 +4,8 @@ and the serving engine all drive sequences through this one mechanism."""
 
 from __future__ import annotations
 
+import time
+
 import torch
 
 from kwker.sampling import Sampler
@@ -29,6 +31,7 @@ class SequenceState:
         self._source: str | None = None
         self._cands: list[int] = []
         self._draft_s = 0.0
+        self._first_token_time = 0.0  # when prefill gave the first new token: decoding's wall-clock starts there
 
     @property
     def done(self) -> bool:
@@ -71,6 +74,7 @@ class SequenceState:
             self.stats.prefill_s += seconds
             if self.in_prefill:
                 return []
+            self._first_token_time = time.perf_counter()
             return self._emit([self._pick(-1, argmax, logits, self.tokens)], 0)
         new: list[int] = []
         cands = self._cands
@@ -87,7 +91,7 @@ class SequenceState:
         self.spec.feedback(self._source, len(cands), accepted, n_fed, seconds, new[0])
         self.stats.steps += 1
         self.stats.draft_s += self._draft_s
-        self.stats.decode_s += seconds + self._draft_s
+        self.stats.decode_s = time.perf_counter() - self._first_token_time
         return self._emit(new, accepted)
 
     def _emit(self, new: list[int], accepted: int) -> list[GenerationChunk]:

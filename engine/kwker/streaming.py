@@ -12,7 +12,7 @@ class GenerationStats:
     reused_prompt_tokens: int = 0  # prompt tokens whose KV cache was kept from the previous call
     prefill_s: float = 0.0
     new_tokens: int = 0
-    decode_s: float = 0.0
+    decode_s: float = 0.0  # wall-clock from the first new token to the latest (steps, drafting, Python, consumer)
     steps: int = 0  # native decode steps after prefill (each verifies its proposals)
     draft_s: float = 0.0  # of decode_s, the time the draft model took
     proposed: dict[str, int] = field(default_factory=dict)  # speculation source -> tokens proposed

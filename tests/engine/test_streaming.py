@@ -1,5 +1,6 @@
 """stream_generate: chunks, closing stops generation, KV-cache reuse across calls, UTF-8 safe text pieces."""
 
+import time
 
 from helpers import tiny_llama
 from kwker.decode import KwkDecoder
@@ -44,6 +45,33 @@ def test_chat_turn_reuses_the_history():
     dec.reset()
     assert dec.generate(history, max_new_tokens=5, eos_token_id=[])[0].tolist() == turn2
     assert dec.last_stats.reused_prompt_tokens == 0
+
+
+def test_a_diverging_prompt_reuses_only_the_shared_prefix_and_then_its_own_text():
+    dec, fresh = make(), make()
+    turn1 = dec.generate(PROMPT, max_new_tokens=8, eos_token_id=[])[0].tolist()
+    other = PROMPT[:4] + [77, 78]  # shares 4 tokens with the cached text, then differs
+    turn2 = dec.generate(other, max_new_tokens=6, eos_token_id=[])[0].tolist()
+    assert dec.last_stats.reused_prompt_tokens == 4
+    assert turn2 == fresh.generate(other, max_new_tokens=6, eos_token_id=[])[0].tolist()
+    fresh.reset()
+    turn3 = dec.generate(turn2 + [5], max_new_tokens=4, eos_token_id=[])[0].tolist()
+    assert dec.last_stats.reused_prompt_tokens == len(turn2) - 1  # not a token of turn1's stale tail
+    assert turn3 == fresh.generate(turn2 + [5], max_new_tokens=4, eos_token_id=[])[0].tolist()
+    assert turn1 != turn2
+
+
+def test_generation_rate_is_the_wall_clock_the_consumer_sees():
+    """decode_s runs from the first new token to the latest: a reader that takes 20 ms per token gets a rate of at
+    most 50 tokens/s, whatever the native steps take."""
+    dec = make()
+    t0 = time.perf_counter()
+    for chunk in dec.stream_generate(PROMPT, max_new_tokens=10, eos_token_id=[], lookup=0):
+        time.sleep(0.02)
+    total = time.perf_counter() - t0
+    stats = chunk.stats
+    assert 9 * 0.02 <= stats.decode_s <= total
+    assert stats.tokens_per_s <= 50.0
 
 
 def test_eos_ends_the_stream():
