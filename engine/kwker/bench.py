@@ -258,10 +258,14 @@ def run(model_spec=None, precision=None, threads=None, repeats=5, pp=512, tg=128
     for e in engines:  # warm-up: page in weights, spin up thread pools
         e.pp(pp_tokens[:64])
         e.tg(tg_prompt, 8)
+    quantized = precision in ("balanced", "int4")
+    measure_peak = _native.measure_int8_peak if quantized else lambda n: _native.measure_fma_peak(n) / 2
     probes = []  # read bandwidth beside each repeat's generation runs: the roofline of the same moments
+    peaks = []  # and the compute peak (G multiply-adds/s) beside its prefill runs
     for _ in range(repeats):  # alternate engines within each repeat, so drifts hit all of them alike
         for e in engines:
             results[(e.name, f"pp{pp}")].values.append(e.pp(pp_tokens))
+        peaks.append(measure_peak(threads))
         probes.append(_native.measure_read_bandwidth(512 << 20, threads, 2))
         for e in engines:
             results[(e.name, tg_name)].values.append(e.tg(tg_prompt, tg))
@@ -273,10 +277,12 @@ def run(model_spec=None, precision=None, threads=None, repeats=5, pp=512, tg=128
         f"{min(probes):.1f}-{max(probes):.1f}): the roofline below")
 
     # Prefill's ceiling: the multiply-accumulates of the layers' matrices per token at the compute peak of the
-    # precision's kernels (int8 dot products for the quantized formats, float32 FMAs otherwise).
+    # precision's kernels (int8 dot products for the quantized formats, float32 FMAs otherwise), the median of the
+    # peaks measured beside the prefill runs.
     macs = prefill_macs_per_token(model)
-    quantized = precision in ("balanced", "int4")
-    peak = limits[f"int8_gmacs_{threads}_threads"] if quantized else limits[f"fma_gflops_{threads}_threads"] / 2
+    peak = statistics.median(peaks)
+    out(f"{'int8' if quantized else 'fp32'} compute peak beside the prefill runs: median {peak:.0f} GMAC/s "
+        f"({threads} threads; range {min(peaks):.0f}-{max(peaks):.0f})")
     out("| engine | test | tokens/s mean ± sd | median | GB/s | of roofline |")
     out("|---|---|---|---|---|---|")
     rows = []
@@ -299,7 +305,7 @@ def run(model_spec=None, precision=None, threads=None, repeats=5, pp=512, tg=128
         out(f"{k}: {v:.2f}x (medians)")
     alone = steady_rss(model_spec, precision, threads)
     report = {"model": name, "precision": precision or "model dtype", "threads": threads,
-              "machine": limits | {"read_gb_s_beside_runs": probes},
+              "machine": limits | {"read_gb_s_beside_runs": probes, "compute_peak_gmac_s_beside_runs": peaks},
               "roofline_tg_tokens_per_s": bw * 1e9 / engines[0].bytes_per_token, "results": rows, "ratios": ratios,
               "rss_mb": {"peak": peak_rss_mb(), "now": current_rss_mb(), "steady_alone": alone["steady"],
                          "peak_alone": alone["peak"]}}

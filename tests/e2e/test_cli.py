@@ -51,6 +51,8 @@ def test_bench_reports_kwker_and_transformers(smollm2, tmp_path):
     macs = 30 * (2 * 576 * 576 + 2 * 192 * 576 + 3 * 1536 * 576)
     pp = next(x for x in report["results"] if (x["engine"], x["test"]) == ("kwker", "pp32"))
     assert pp["gmac_s"] == pytest.approx(pp["tokens_per_s"]["median"] * macs / 1e9)
+    assert len(report["machine"]["compute_peak_gmac_s_beside_runs"]) == 2  # one probe per repeat
+    assert all(p > 1 for p in report["machine"]["compute_peak_gmac_s_beside_runs"])
     # RSS of kwker alone, measured in a fresh process that freed the float model: below this run's, which holds it
     rss = report["rss_mb"]
     assert 100 < rss["steady_alone"] <= rss["peak_alone"] and rss["steady_alone"] < rss["now"]

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "../kernels/kernels.h"
+#include "../model/buffer.h"
 #include "../model/roofline.h"
 
 namespace py = pybind11;
@@ -106,15 +107,15 @@ double kernel_matmul_seconds(const std::string& isa, int m, int n, int k, int wt
     }
     src = wh.data();
   }
-  std::vector<char> wp(panel_bytes(t, n, k));
-  pack_panels(src, t, n, k, wp.data());
+  Buffer wp(panel_bytes(t, n, k), /*huge_pages=*/true);  // as a model's packed weights
+  pack_panels(src, t, n, k, wp.as<char>());
   std::vector<float> yp(size_t(m) * np);
   const QuantizedRows qx = rows_for(t, xp.data(), m, kp);
   py::gil_scoped_release release;
   double best = 1e30;
   for (int r = 0; r < repeats; r++) {
     const auto t0 = std::chrono::steady_clock::now();
-    run_matmul(kern, t, xp.data(), qx, m, kp, wp.data(), np, yp.data(), nullptr);
+    run_matmul(kern, t, xp.data(), qx, m, kp, wp.as<char>(), np, yp.data(), nullptr);
     best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
   return best;
