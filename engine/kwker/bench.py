@@ -3,8 +3,8 @@ on the same weights and threads, with the machine's measured roofline.
 
 Definitions (the same for every engine):
   pp<N>: N prompt tokens evaluated from an empty cache, N / seconds.
-  tg<N>: after a 16-token prompt, N tokens decoded one at a time, (N - 1) / seconds of decoding (the first token
-         comes out of the prompt's evaluation).
+  tg<N>: after a 16-token prompt, N tokens decoded one at a time, (N - 1) / wall-clock seconds from the first new
+         token to the last (the first token comes out of the prompt's evaluation; Python between steps counts).
 """
 
 from __future__ import annotations
