@@ -194,8 +194,8 @@ py::array_t<float> kernel_attend(const std::string& isa, F32Array q, F32Array k,
   const void* kd = kv_f16 ? static_cast<const void*>(kh.data()) : kp.data();
   const void* vd = kv_f16 ? static_cast<const void*>(vh.data()) : vp.data();
   if (panels_per_part <= 0) {
-    kern.attend[type](qp.data(), g, nt, q_stride, kd, vd, first.data(), ends.data(), hdp, scale, scores.data(),
-                      out.data());
+    attend_whole(kern.attend_part[type], qp.data(), g, nt, q_stride, kd, vd, first.data(), ends.data(), hdp, scale,
+                 scores.data(), out.data());
   } else {
     auto part = [&](AttendPhase phase, int lo, int hi) {
       kern.attend_part[type](phase, lo, hi, qp.data(), g, nt, q_stride, kd, vd, first.data(), ends.data(), hdp,

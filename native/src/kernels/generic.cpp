@@ -350,12 +350,6 @@ void attend_part_generic(AttendPhase phase, int lo, int hi, const float* q, int 
   }
 }
 
-template <class KV>
-void attend_generic(const float* q, int g, int nt, size_t q_stride, const void* k, const void* v, const int* first,
-                    const int* n, int hdp, float scale, float* scores, float* out) {
-  attend_whole(attend_part_generic<KV>, q, g, nt, q_stride, k, v, first, n, hdp, scale, scores, out);
-}
-
 void to_f16_generic(const float* x, uint16_t* out, int n) {
   for (int i = 0; i < n; i++) out[i] = f32_to_f16(x[i]);
 }
@@ -376,7 +370,6 @@ const Kernels& kernels_generic() {
                          {matmul_generic<WType::F32>, matmul_generic<WType::BF16>, matmul_generic<WType::F16>},
                          {qmatmul_generic<WType::Q8>, qmatmul_generic<WType::Q4>},
                          quantize_rows,
-                         {attend_generic<float>, attend_generic<uint16_t>},
                          {attend_part_generic<float>, attend_part_generic<uint16_t>},
                          {glu_generic<Activation::Silu>, glu_generic<Activation::GeluTanh>},
                          to_f16_generic};

@@ -81,20 +81,19 @@ using QMatmulFn = void (*)(const QRows& x, int m, const void* w, int kp, int p0,
 // a row's result does not depend on which other rows share the call.
 enum class KVType : int { F32 = 0, F16 = 1 };
 constexpr int kKVTypes = 2;
-using AttendFn = void (*)(const float* q, int g, int nt, size_t q_stride, const void* k, const void* v,
-                          const int* first, const int* n, int hdp, float scale, float* scores, float* out);
 
-// attend() in parts, so that the threads can share one call's work: three phases, each begun once the previous one
-// has finished for the whole call (same arguments, scores and out shared): Scores computes the scores of the keys
-// in panels [lo, hi); Softmax turns rows [lo, hi) of them into probabilities and clears those rows of out; Values
-// adds columns [lo, hi) (multiples of kAttendColumns) of every row's output. Every score, probability and output
-// column is computed as attend() computes it, so the parts, however cut, give attend()'s bits.
+// That attention is made in parts, so that the threads can share one call's work: three phases, each begun once the
+// previous one has finished for the whole call (same arguments, scores and out shared): Scores computes the scores
+// of the keys in panels [lo, hi); Softmax turns rows [lo, hi) of them into probabilities and clears those rows of
+// out; Values adds columns [lo, hi) (multiples of kAttendColumns) of every row's output. Every score, probability
+// and output column is computed as the whole call computes it, so the parts, however cut, give the whole call's
+// bits.
 enum class AttendPhase : int { Scores = 0, Softmax = 1, Values = 2 };
 constexpr int kAttendColumns = 16;  // a multiple of every ISA's register width
 using AttendPartFn = void (*)(AttendPhase phase, int lo, int hi, const float* q, int g, int nt, size_t q_stride,
                               const void* k, const void* v, const int* first, const int* n, int hdp, float scale,
                               float* scores, float* out);
-// attend() as its three parts over everything.
+// The whole call: its three parts over everything.
 inline void attend_whole(AttendPartFn part, const float* q, int g, int nt, size_t q_stride, const void* k,
                          const void* v, const int* first, const int* n, int hdp, float scale, float* scores,
                          float* out) {
@@ -119,8 +118,7 @@ struct Kernels {
   MatmulFn matmul[3];   // F32, BF16, F16
   QMatmulFn qmatmul[2];  // Q8, Q4
   QuantizeFn quantize;   // the activations of the quantized matmuls
-  AttendFn attend[kKVTypes];  // by KVType
-  AttendPartFn attend_part[kKVTypes];
+  AttendPartFn attend_part[kKVTypes];  // by KVType
   GluFn glu[kActivations];    // by Activation
   ToF16Fn to_f16;
 };
@@ -159,7 +157,7 @@ float panel_value(const void* packed, WType t, int kp, int r, int c);
 inline size_t panel_index(int r, int c, int kp) { return (size_t(r / kPanel) * kp + c) * kPanel + r % kPanel; }
 // Quantized weight (row r, column c) of a packed Q8/Q4 matrix: the integer q, the block's scale and min (0 for Q8).
 int panel_q(const void* packed, WType t, int kp, int r, int c, float* scale, float* min);
-// Largest number of query heads of one token, and of rows in all, that one attend() call takes.
+// Largest number of query heads of one token, and of rows in all, that one attention call takes.
 constexpr int kMaxAttendHeads = 4;
 constexpr int kMaxAttendRows = 6;
 

@@ -401,7 +401,7 @@ inline float row_sum(const float* s, int f, int e) {
   return sum;
 }
 
-// G = g * nt rows: the g heads of nt query tokens (see AttendFn), one phase of the call (AttendPartFn). One pass
+// G = g * nt rows: the g heads of nt query tokens (see kernels.h), one phase of the call (AttendPartFn). One pass
 // over the keys every row needs serves them all (each key and value is loaded once per call); a row's own chains,
 // and so its result, are those it has alone: scores of keys outside its range are computed but never read, and its
 // values chain runs over its keys in order (its own first keys, the keys all rows share, then its own last keys).
@@ -467,12 +467,6 @@ void attend_part(AttendPhase phase, int lo, int hi, const float* q, int g, int n
   }
 }
 
-template <class V, class KV>
-void attend(const float* q, int g, int nt, size_t q_stride, const void* k, const void* v, const int* first,
-            const int* n, int hdp, float scale, float* scores, float* out) {
-  attend_whole(attend_part<V, KV>, q, g, nt, q_stride, k, v, first, n, hdp, scale, scores, out);
-}
-
 // fp16 bits of x, rounded to nearest even: W at a time, the tail one by one (the same rounding).
 template <class V>
 void to_f16(const float* x, uint16_t* out, int n) {
@@ -503,7 +497,6 @@ Kernels make_kernels(const char* name) {
                  {matmul<V, WType::F32>, matmul<V, WType::BF16>, matmul<V, WType::F16>},
                  {qmatmul<V, WType::Q8>, qmatmul<V, WType::Q4>},
                  quantize<V>,
-                 {attend<V, float>, attend<V, uint16_t>},
                  {attend_part<V, float>, attend_part<V, uint16_t>},
                  {glu<V, Activation::Silu>, glu<V, Activation::GeluTanh>},
                  to_f16<V>};

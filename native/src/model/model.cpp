@@ -239,10 +239,13 @@ void for_pieces(const ThreadPool& pool, int T, int cols, int tid, const F& f) {
 
 }  // namespace
 
-void Model::norm_part(const float* x, const Buffer& w, float* out, int c0, int c1) const {
+void Model::norm_part(const float* x, const Buffer& w, float* out, int c0, int c1, bool add) const {
   const float inv = rms_inverse(x, cfg_.n_embd, cfg_.norm_eps);
   const float* wv = w.as<float>();
-  for (int i = c0; i < std::min(c1, cfg_.n_embd); i++) out[i] = wv[i] * (x[i] * inv);
+  for (int i = c0; i < std::min(c1, cfg_.n_embd); i++) {
+    const float v = wv[i] * (x[i] * inv);
+    out[i] = add ? out[i] + v : v;
+  }
 }
 
 void Model::add_residual(const Matrix& m, const float* in, int ldin, const Buffer& post_norm, int T, int tid) {
@@ -256,11 +259,7 @@ void Model::add_residual(const Matrix& m, const float* in, int ldin, const Buffe
   matmul_part(m, in, T, ldin, y, ep_, false, tid);
   pool_.barrier();
   for_pieces(pool_, T, ep_, tid, [&](int t, int c0, int c1) {
-    const float* yr = y + size_t(t) * ep_;
-    const float inv = rms_inverse(yr, cfg_.n_embd, cfg_.norm_eps);
-    const float* w = post_norm.as<float>();
-    float* xr = x + size_t(t) * ep_;
-    for (int i = c0; i < std::min(c1, cfg_.n_embd); i++) xr[i] += w[i] * (yr[i] * inv);
+    norm_part(y + size_t(t) * ep_, post_norm, x + size_t(t) * ep_, c0, c1, /*add=*/true);
   });
   if (T < pool_.size()) pool_.barrier();  // rows were cut in parts: the next norm reads whole rows
 }
@@ -389,6 +388,7 @@ void Model::attention(int l, const int32_t* slots, const int32_t* positions, int
                   hout + size_t(j) * hdp_ + c0, sizeof(float) * (std::min(c1, c.head_dim) - c0));
   };
   const size_t scores_stride = size_t(kMaxAttendRows) * pad_to(max_cache_);
+  const AttendPartFn part = kern_->attend_part[int(c.kv_type)];
   auto longest = [&] {  // keys of the longest call (the last token of a run has the most)
     int keys = 0;
     for (size_t r = 1; r < attend_runs_.size(); r++) keys = std::max(keys, positions[attend_runs_[r] - 1] + 1);
@@ -399,14 +399,13 @@ void Model::attention(int l, const int32_t* slots, const int32_t* positions, int
     float* hout = head_out_.as<float>() + size_t(tid) * kMaxAttendRows * hdp_;
     for (int call = tid; call < calls; call += pool_.size()) {
       const Call a = describe(call);
-      kern_->attend[int(c.kv_type)](a.q, a.g, a.nt, size_t(c.n_head) * hdp_, a.k, a.v, a.first, a.n, hdp_,
-                                    c.attn_scale, scores, hout);
+      attend_whole(part, a.q, a.g, a.nt, size_t(c.n_head) * hdp_, a.k, a.v, a.first, a.n, hdp_, c.attn_scale, scores,
+                   hout);
       gather(a, hout, 0, c.head_dim);
     }
     return;
   }
   // In parts: call i uses the i-th of the scores and output buffers (there are two per thread).
-  const AttendPartFn part = kern_->attend_part[int(c.kv_type)];
   auto run_phase = [&](AttendPhase phase, auto&& units_of, int per_unit) {
     int total = 0;
     for (int i = 0; i < calls; i++) total += (units_of(describe(i)) + per_unit - 1) / per_unit;

@@ -81,8 +81,9 @@ class Model {
   size_t weight_bytes_per_token() const;  // bytes of weights one generated token reads
 
  private:
-  // Columns [c0, c1) of the RMSNorm of one row of the residual stream (n_embd values) with weights w.
-  void norm_part(const float* x, const Buffer& w, float* out, int c0, int c1) const;
+  // Columns [c0, c1) of the RMSNorm of one row of the residual stream (n_embd values) with weights w, written to
+  // out or, with add, added to it.
+  void norm_part(const float* x, const Buffer& w, float* out, int c0, int c1, bool add = false) const;
   // The residual add of a block's output projection: x += in m^T, or with post norms x += RMSNorm(in m^T) * w.
   // Ends with the rows of x complete (post norms with at least as many tokens as threads: only this thread's
   // share of the rows, as for_pieces deals them).
