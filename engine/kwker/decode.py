@@ -163,7 +163,7 @@ class KwkDecoder:
         n = len(tokens)
         if start > len(self._cached[slot]):
             raise ValueError(f"position {start} is past the {len(self._cached[slot])} cached tokens")
-        self._cached[slot] = self._cached[slot][:start]  # what stays valid if this call fails midway
+        del self._cached[slot][start:]  # what stays valid if this call fails midway
         step = self._step.max_step_tokens if rows == "last" else min(self._step.max_step_tokens,
                                                                          self._logit_rows)
         argmax_rows, logit_rows = [], []
