@@ -266,14 +266,18 @@ void Model::add_residual(const Matrix& m, const float* in, int ldin, const Buffe
 
 // Rotates q and k (transformers' rotate_half convention over the first rope_dim dims of a head, the rest pass
 // through), lays q out per head with padding, and writes k and v into the sequence's cache row at its position.
-// Threads take contiguous shares of the step's (token, head) pairs: q heads, then KV heads.
+// Threads take contiguous shares of the step's (token, head) pairs, a token's heads in the order KV head 0, its
+// query heads, KV head 1, ...: a KV head (its key rotated and written with its value into the cache) costs more
+// than a query head, and so the shares of a lone token are even (SmolLM2: 2 KV + 4 query heads and 1 + 5, not
+// 6 query heads and 3 + 3).
 void Model::rope_and_cache(int layer, const int32_t* slots, const int32_t* positions, int T, int tid) {
   const int hd = cfg_.head_dim, half = rope_half_, heads = cfg_.n_head + cfg_.n_kv_head;
+  const int group = cfg_.n_head / cfg_.n_kv_head;
   const float* table_cos = rope_cos_.as<float>() + size_t(cfg_.layer_rope[layer]) * max_cache_ * half;
   const float* table_sin = rope_sin_.as<float>() + size_t(cfg_.layer_rope[layer]) * max_cache_ * half;
   const auto [i0, i1] = pool_.split(T * heads, tid);
   for (int i = i0; i < i1; i++) {
-    const int t = i / heads, h = i % heads, pos = positions[t];
+    const int t = i / heads, r = i % heads % (group + 1), kvh = i % heads / (group + 1), pos = positions[t];
     const float* c = table_cos + size_t(pos) * half;
     const float* s = table_sin + size_t(pos) * half;
     // out[i * stride] for i < head_dim: the rotated vector (stride kPanel writes a key into its panel column),
@@ -291,13 +295,13 @@ void Model::rope_and_cache(int layer, const int32_t* slots, const int32_t* posit
       }
       for (int j = 2 * half; j < hd; j++) out[size_t(j) * stride] = in[j];
     };
-    if (h < cfg_.n_head) {
+    if (r > 0) {  // query head h
+      const int h = kvh * group + r - 1;
       rotate(q_.as<float>() + size_t(t) * qp_ + h * hd, qh_.as<float>() + (size_t(t) * cfg_.n_head + h) * hdp_, 1,
              layers_[layer].q_norm);
       continue;
     }
-    const int kvh = h - cfg_.n_head;  // key i's dim d sits at panel_index(i, d): stride kPanel
-    float key[kMaxHeadDim];
+    float key[kMaxHeadDim];  // key i's dim d sits at panel_index(i, d): stride kPanel
     rotate(k_.as<float>() + size_t(t) * kvp_ + kvh * hd, key, 1, layers_[layer].k_norm);
     store_kv(key, cache_head(cache_k_, slots[t], layer, kvh) + panel_index(pos, 0, hdp_) * kv_bytes(), kPanel);
     store_kv(v_.as<float>() + size_t(t) * kvp_ + kvh * hd,
