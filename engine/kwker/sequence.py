@@ -60,11 +60,12 @@ class SequenceState:
         self._draft_s = self.spec.draft_s - draft_s
         return [self.tokens[-1]] + self._cands, len(self.tokens) - 1, "all" if self._cands else "last"
 
-    def _pick(self, row: int, argmax, logits, context: list[int]) -> int:
+    def _pick(self, row: int, argmax, logits, new: list[int]) -> int:
+        """The token for `row`, after the tokens so far and `new` (this step's picks before it)."""
         if self.fast:
             return argmax[row]
         u = self.sampler.draw() if self.sampler.params.do_sample else None
-        return self.sampler.choose(logits[row], torch.tensor([context]), u)
+        return self.sampler.choose(logits[row], torch.tensor([self.tokens + new]), u)
 
     def absorb(self, n_fed: int, argmax: list[int], logits, seconds: float) -> list[GenerationChunk]:
         """Takes the step's rows for this sequence (as plan asked) and returns the chunks of the tokens it
@@ -75,11 +76,11 @@ class SequenceState:
             if self.in_prefill:
                 return []
             self._first_token_time = time.perf_counter()
-            return self._emit([self._pick(-1, argmax, logits, self.tokens)], 0)
+            return self._emit([self._pick(-1, argmax, logits, [])], 0)
         new: list[int] = []
         cands = self._cands
         for row in range(len(cands) + 1):  # accept: keep a proposal iff it is what the target picks there
-            new.append(self._pick(row, argmax, logits, self.tokens + new))
+            new.append(self._pick(row, argmax, logits, new))
             if row == len(cands) or new[-1] != cands[row] or new[-1] in self.eos or \
                     self.stats.new_tokens + len(new) >= self.max_new_tokens:
                 break
