@@ -69,6 +69,26 @@ def test_matmul_rows_are_batch_invariant(isa, wtype, m):
     assert np.array_equal(together, alone)
 
 
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("wtype", list(WTYPES))
+@pytest.mark.parametrize("m", [1, 2, 5])
+def test_matmul_panel_ranges_give_the_whole_calls_bits(isa, wtype, m):
+    """A call over panels [p0, p1) (a thread's share) computes exactly those outputs of the whole call: one- and
+    two-row calls stream a range's panels in strided tiles, so every range length and offset is its own tiling."""
+    needs(isa)
+    rng = np.random.default_rng(m)
+    k, n = 97, 13 * 16 - 5  # 13 panels, the last one partial
+    x = rng.standard_normal((m, k)).astype(np.float32)
+    raw, _ = weights(n, k, wtype, rng)
+    bias = rng.standard_normal(n).astype(np.float32)
+    whole = _native.kernel_matmul(isa, x, raw, WTYPES[wtype][0], bias)
+    for p0, p1 in [(0, 13), (0, 4), (1, 13), (3, 12), (5, 6), (2, 11), (6, 13), (4, 4)]:
+        part = _native.kernel_matmul(isa, x, raw, WTYPES[wtype][0], bias, panels=(p0, p1))
+        c0, c1 = p0 * 16, min(p1 * 16, n)
+        assert np.array_equal(part[:, c0:c1], whole[:, c0:c1]), (p0, p1)
+        assert not part[:, :c0].any() and not part[:, c1:].any(), (p0, p1)
+
+
 def reference_attention(q, k, v, scale):
     s = (q.astype(np.float64) @ k.T.astype(np.float64)) * scale  # (g, n)
     p = np.exp(s - s.max(axis=1, keepdims=True))

@@ -44,16 +44,20 @@ QuantizedRows rows_for(WType t, const float* x, int m, int kp) {
 }
 
 // y [m, np] = x w^T (+ bias) over every panel, by the kernel of w's type (x as given, or as qx for quantized w).
+// Panels [p0, p1) of the call (p1 < 0: all).
 void run_matmul(const Kernels& kern, WType t, const float* x, const QuantizedRows& qx, int m, int kp, const void* w,
-                int np, float* y, const float* bias) {
+                int np, float* y, const float* bias, int p0 = 0, int p1 = -1) {
+  if (p1 < 0) p1 = np / kPanel;
   if (wtype_quantized(t))
-    kern.qmatmul[int(t) - int(WType::Q8)](qx.view(), m, w, kp, 0, np / kPanel, y, np, bias, false);
+    kern.qmatmul[int(t) - int(WType::Q8)](qx.view(), m, w, kp, p0, p1, y, np, bias, false);
   else
-    kern.matmul[int(t)](x, m, kp, w, kp, 0, np / kPanel, y, np, bias, false);
+    kern.matmul[int(t)](x, m, kp, w, kp, p0, p1, y, np, bias, false);
 }
 
-// x: [m, k] float32; w: [n, k] float32 or uint16 (bf16 / f16 bits, by wtype).
-py::array_t<float> kernel_matmul(const std::string& isa, F32Array x, py::array w, int wtype, py::object bias) {
+// x: [m, k] float32; w: [n, k] float32 or uint16 (bf16 / f16 bits, by wtype). panels: (p0, p1) computes the
+// outputs of panels [p0, p1) only (the others stay 0), as a thread's share does.
+py::array_t<float> kernel_matmul(const std::string& isa, F32Array x, py::array w, int wtype, py::object bias,
+                                 std::pair<int, int> panels) {
   const Kernels& kern = kernels_select(isa);
   if (x.ndim() != 2 || w.ndim() != 2 || x.shape(1) != w.shape(1)) throw std::invalid_argument("shape mismatch");
   const int m = int(x.shape(0)), k = int(x.shape(1)), n = int(w.shape(0)), kp = pad_to(k);
@@ -66,6 +70,9 @@ py::array_t<float> kernel_matmul(const std::string& isa, F32Array x, py::array w
   std::vector<char> wp(panel_bytes(t, n, k));
   pack_panels(wc.data(), t, n, k, wp.data());
   const int np = pad_to(n, kPanel);
+  if (panels.second < 0) panels.second = np / kPanel;
+  if (panels.first < 0 || panels.first > panels.second || panels.second > np / kPanel)
+    throw std::invalid_argument("panels out of range");
   std::vector<float> b;
   if (!bias.is_none()) {
     F32Array ba = bias.cast<F32Array>();
@@ -76,7 +83,7 @@ py::array_t<float> kernel_matmul(const std::string& isa, F32Array x, py::array w
   {
     py::gil_scoped_release release;
     run_matmul(kern, t, xp.data(), rows_for(t, xp.data(), m, kp), m, kp, wp.data(), np, yp.data(),
-               b.empty() ? nullptr : b.data());
+               b.empty() ? nullptr : b.data(), panels.first, panels.second);
   }
   py::array_t<float> y({m, n});
   for (int r = 0; r < m; r++) std::memcpy(y.mutable_data() + size_t(r) * n, &yp[size_t(r) * np], sizeof(float) * n);
@@ -260,7 +267,7 @@ void register_kernels(py::module_& m) {
       },
       py::arg("threads"), "Best int8 (u8 x s8) G multiply-accumulates/s: AVX2 vpmaddubsw or AVX-512 VNNI vpdpbusd.");
   m.def("kernel_matmul", &kernel_matmul, py::arg("isa"), py::arg("x"), py::arg("w"), py::arg("wtype"),
-        py::arg("bias") = py::none());
+        py::arg("bias") = py::none(), py::arg("panels") = std::make_pair(0, -1));
   m.def("kernel_matmul_seconds", &kernel_matmul_seconds, py::arg("isa"), py::arg("m"), py::arg("n"), py::arg("k"),
         py::arg("wtype"), py::arg("repeats") = 5);
   m.def("kernel_weights", &kernel_weights, py::arg("w"), py::arg("wtype"));
