@@ -31,6 +31,10 @@ GGUF_FORMATS = {None: ["F32"], "fp32": ["F32"], "bf16": ["BF16"], "balanced": ["
 # (int4 keeps Q4_1 grids and Q8_0, balanced Q8_0): both engines then compute with the same weights and read the
 # same bytes. The formats above are written from its dequantized weights, so they can lose quality: see
 # `kwker bench --quality --vs llama.cpp`.
+# int4 also runs against Q4_0 as llama.cpp's own quantizer (llama-quantize's recipe) writes it from the same source:
+# what a llama.cpp user gets for "Q4_0". It keeps a tied embedding whose rows are not a multiple of 256 at Q8_0, as
+# kwker's int4 does (SmolLM2, Qwen2.5 0.5B); the Q4_0 above is pure (every matrix Q4_0, the issue's ~76 MB peer).
+LLAMA_RECIPES = {"int4": ["Q4_0"]}
 SOURCE_KEPT = {None: {"F32"}, "fp32": {"F32"}, "bf16": {"BF16"}, "balanced": {"Q8_0"}, "int4": {"Q4_1", "Q8_0"}}
 LLAMA_CPP = ("llama.cpp", "llamacpp", "llama_cpp")  # the names --vs takes for llama.cpp
 LLAMA_CPP_MISSING = "llama.cpp: llama-cpp-python is not installed (pip install 'kwker[bench]')"
@@ -241,6 +245,9 @@ def run(model_spec=None, precision=None, threads=None, repeats=5, pp=512, tg=128
             if types <= SOURCE_KEPT[precision]:
                 runs.append((src, f"{'+'.join(sorted(types))} (source file)"))
             try:
+                for fmt in LLAMA_RECIPES.get(precision, []):
+                    path = recipe_gguf(src, fmt, threads)
+                    runs.append((path, f"{'+'.join(sorted(gguf_matrix_types(path)))} (llama-quantize {fmt})"))
                 engines += [LlamaCppEngine(path, threads, n_ctx, fmt) for path, fmt in runs]
             except ImportError:
                 out(f"{LLAMA_CPP_MISSING}: skipped")
@@ -483,6 +490,13 @@ def peer_gguf(src: Path, fmt: str) -> Path:
     from kwker.models.gguf_tools import requantize
 
     return requantize(src, src.with_name(f"{src.stem}.{fmt}.gguf"), fmt)
+
+
+def recipe_gguf(src: Path, fmt: str, threads: int) -> Path:
+    """The GGUF llama.cpp's quantizer writes from src for fmt, beside the source once."""
+    from kwker.models.gguf_tools import llama_quantize
+
+    return llama_quantize(src, src.with_name(f"{src.stem}.llama-quantize-{fmt}.gguf"), fmt, threads)
 
 
 def _llama_lookup_peer(model_spec, precision, threads, out):

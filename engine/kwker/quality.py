@@ -64,14 +64,17 @@ def llama_cpp_log_probs(path, ids: list[int], threads: int | None = None) -> tor
 
 def llama_cpp_ggufs(model_spec) -> dict:
     """{row name: path} of the GGUFs `kwker bench --vs llama.cpp` runs for these weights ({} without a source GGUF)."""
-    from kwker.bench import GGUF_FORMATS, peer_gguf
+    from kwker.bench import GGUF_FORMATS, LLAMA_RECIPES, peer_gguf, recipe_gguf
     from kwker.models.loader import source_gguf
 
     src = source_gguf(model_spec)
     if src is None:
         return {}
     formats = dict.fromkeys(f for fmts in GGUF_FORMATS.values() for f in fmts)
-    return {f"llama.cpp {fmt}": peer_gguf(src, fmt) for fmt in formats} | {"llama.cpp source file": src}
+    recipes = dict.fromkeys(f for fmts in LLAMA_RECIPES.values() for f in fmts)
+    return ({f"llama.cpp {fmt}": peer_gguf(src, fmt) for fmt in formats}
+            | {f"llama.cpp llama-quantize {fmt}": recipe_gguf(src, fmt, 0) for fmt in recipes}
+            | {"llama.cpp source file": src})
 
 
 def run(model_spec=None, threads=None, out=print, peers=()) -> list[dict]:

@@ -2,11 +2,16 @@
 
 `requantize(src, dst, fmt)` keeps every metadata key (tokenizer, chat template, hyper-parameters) and re-encodes
 each 2-D tensor with the `gguf` package's reference quantizers (F32, BF16, Q8_0, Q4_0, Q4_1); 1-D tensors (norms) stay
-F32 as llama.cpp's own converter keeps them.
+F32 as llama.cpp's own converter keeps them. `llama_quantize(src, dst, fmt)` has llama.cpp's own quantizer (the
+llama-quantize tool's recipe, through llama-cpp-python) write fmt instead: it picks some tensors' types itself, e.g.
+Q8_0 for a tied embedding whose rows are not a multiple of 256 (SmolLM2, Qwen2.5 0.5B).
 """
 
 from __future__ import annotations
 
+import os
+import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -46,5 +51,44 @@ def requantize(src: Path, dst: Path, fmt: str) -> Path:
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
     writer.close()
+    tmp.replace(dst)
+    return dst
+
+
+LLAMA_FTYPES = {"Q4_0": "LLAMA_FTYPE_MOSTLY_Q4_0", "Q4_1": "LLAMA_FTYPE_MOSTLY_Q4_1", "Q8_0": "LLAMA_FTYPE_MOSTLY_Q8_0"}
+
+
+def llama_quantize(src: Path, dst: Path, fmt: str, threads: int = 0) -> Path:
+    """dst: src quantized to fmt by llama.cpp's quantizer with its default recipe (already quantized source tensors
+    are dequantized first). Its log goes to a file that a failure's message quotes."""
+    import ctypes
+
+    import llama_cpp
+
+    if fmt not in LLAMA_FTYPES:
+        raise ValueError(f"format must be one of {', '.join(LLAMA_FTYPES)}, got {fmt!r}")
+    if dst.exists():
+        return dst
+    params = llama_cpp.llama_model_quantize_default_params()
+    params.ftype = getattr(llama_cpp, LLAMA_FTYPES[fmt])
+    params.nthread = threads
+    params.allow_requantize = True
+    tmp = dst.with_suffix(".partial")
+    with tempfile.TemporaryFile() as log:  # llama.cpp prints a line per tensor on the C streams
+        sys.stdout.flush(), sys.stderr.flush()
+        saved = [os.dup(1), os.dup(2)]
+        try:
+            for fd in (1, 2):
+                os.dup2(log.fileno(), fd)
+            rc = llama_cpp.llama_model_quantize(str(src).encode(), str(tmp).encode(), ctypes.byref(params))
+        finally:
+            for fd, old in zip((1, 2), saved):
+                os.dup2(old, fd)
+                os.close(old)
+        if rc != 0:
+            tmp.unlink(missing_ok=True)
+            log.seek(0)
+            tail = log.read().decode(errors="replace").strip().splitlines()[-5:]
+            raise RuntimeError(f"llama.cpp could not quantize {src} to {fmt} (code {rc}): " + " / ".join(tail))
     tmp.replace(dst)
     return dst
