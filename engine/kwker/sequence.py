@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import time
 
-import torch
 
 from kwker.sampling import Sampler
 from kwker.speculative import Speculator
@@ -65,7 +64,7 @@ class SequenceState:
         if self.fast:
             return argmax[row]
         u = self.sampler.draw() if self.sampler.params.do_sample else None
-        return self.sampler.choose(logits[row], torch.tensor([self.tokens + new]), u)
+        return self.sampler.choose(logits[row], self.tokens + new, u)
 
     def absorb(self, n_fed: int, argmax: list[int], logits, seconds: float) -> list[GenerationChunk]:
         """Takes the step's rows for this sequence (as plan asked) and returns the chunks of the tokens it
