@@ -110,7 +110,8 @@ def test_invalid_sampling_values(dec, kw, message):
 
 
 @pytest.mark.parametrize("kw", [dict(top_p=0.9), dict(top_k=40), dict(top_k=7, top_p=0.95),
-                                dict(temperature=0.7, top_p=0.9), dict(min_p=0.05), dict(top_k=100, top_p=0.5, min_p=0.1)])
+                                dict(temperature=0.7, top_p=0.9), dict(min_p=0.05),
+                                dict(top_k=100, top_p=0.5, min_p=0.1)])
 def test_kept_tokens_are_transformers_set(kw):
     """The tokens our warpers keep (found among the likeliest first) are those transformers' warpers keep, over
     peaked and flat distributions of small and large vocabularies (flat ones need the wider candidate sets and the
