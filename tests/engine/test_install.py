@@ -84,3 +84,29 @@ def test_install_with_a_draft_runs_assisted_generation_natively():
     assert model._kwker_fallback is None and calls  # the draft proposed, natively
     uninstall(model)
     assert "generate" not in vars(small) and "generate" not in vars(model)
+
+
+def test_torch_runs_one_thread_during_a_native_generate_and_is_restored():
+    """transformers' loop between native steps runs on one torch thread (its OpenMP workers would spin on the cores
+    the native step needs); the caller's setting comes back afterwards, also when the call fails."""
+    model = tiny_llama(hidden=64, heads=2, kv_heads=1, inter=96)
+    install(model, max_cache_len=64)
+    seen = []
+    original_run = model._kwker_decoder._run
+    model._kwker_decoder._run = lambda *a, **k: (seen.append(torch.get_num_threads()), original_run(*a, **k))[1]
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        greedy(model)
+        assert seen and set(seen) == {1}
+        assert torch.get_num_threads() == 2
+        model._kwker_decoder._run = lambda *a, **k: (_ for _ in ()).throw(RuntimeError("step failed"))
+        try:
+            greedy(model)
+        except RuntimeError as e:
+            assert "step failed" in str(e)
+        else:
+            raise AssertionError("the failing step did not raise")
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
