@@ -373,3 +373,26 @@ def test_activation_quantization_is_identical_across_isas(isa, k):
         inv = np.where(d > 0, np.float32(1) / d, np.float32(0)).astype(np.float32)
     assert np.array_equal(q.reshape(9, -1, 32), np.rint(blocks * inv[..., None]).astype(np.int8))
     assert np.array_equal(dsum, d * q.reshape(9, -1, 32).sum(-1).astype(np.float32))
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("n", [1, 7, 8, 255, 257, 49152, 151936 + 5])
+def test_softmax_stats_match_numpy(isa, n):
+    """The sampler's native pass: the max of x / t (exactly numpy's float32 quotients), the softmax total against
+    float64 (float32 sums of 256 terms: 1e-5 relative), and exactly the ids within `close` of the max."""
+    needs(isa)
+    rng = np.random.default_rng(n)
+    x = (rng.standard_normal(n) * 4).astype(np.float32)
+    x[rng.integers(0, n, 4)] += 10
+    x[rng.integers(0, n, 2)] = -np.inf  # suppressed tokens (min_new_tokens' eos)
+    if n == 1:
+        x[0] = 1.5
+    for t, close in ((1.0, 9.0), (0.7, 9.0), (1.9, 3.0)):
+        top, total, ids = _native.softmax_stats(isa, x, t, close)
+        q = x / np.float32(t)
+        assert top == q.max()
+        want = np.exp(q.astype(np.float64) - q.max()).sum()
+        assert abs(total / want - 1) < 1e-5, (total, want)
+        assert np.array_equal(ids, np.flatnonzero(q >= np.float32(q.max() - np.float32(close))))
+    with pytest.raises(ValueError, match="temperature"):
+        _native.softmax_stats(isa, x, 0.0, 9.0)

@@ -240,6 +240,24 @@ py::array_t<float> kernel_glu(const std::string& isa, F32Array gate, F32Array up
   return r;
 }
 
+py::tuple softmax_stats(const std::string& isa, F32Array x, float t, float close) {
+  const Kernels& kern = kernels_select(isa);
+  if (x.ndim() != 1 || x.size() == 0) throw std::invalid_argument("softmax_stats takes a non-empty 1-D row");
+  if (!(t > 0)) throw std::invalid_argument("the temperature must be positive");
+  const int n = int(x.size());
+  std::vector<int32_t> ids(n);
+  float mx;
+  double sum;
+  int count;
+  {
+    py::gil_scoped_release release;
+    count = kern.softmax_stats(x.data(), n, t, close, &mx, &sum, ids.data());
+  }
+  py::array_t<int64_t> out(count);
+  std::copy(ids.begin(), ids.begin() + count, out.mutable_data());
+  return py::make_tuple(mx, sum, out);
+}
+
 }  // namespace
 
 void register_kernels(py::module_& m) {
@@ -277,6 +295,8 @@ void register_kernels(py::module_& m) {
         py::arg("first") = 0, py::arg("kv_f16") = false, py::arg("ends") = std::vector<int>{},
         py::arg("panels_per_part") = 0);
   m.def("kernel_to_f16", &kernel_to_f16, py::arg("isa"), py::arg("x"));
+  m.def("softmax_stats", &softmax_stats, py::arg("isa"), py::arg("x"), py::arg("temperature"), py::arg("close"),
+        "(max q, sum of exp(q - max q), ids of the q >= max q - close) for q = x / temperature (float32)");
   m.def("kernel_glu", &kernel_glu, py::arg("isa"), py::arg("gate"), py::arg("up"), py::arg("activation") = 0,
         "act(gate) * up; activation 0: silu, 1: gelu_pytorch_tanh");
 }

@@ -37,6 +37,7 @@ struct Avx512 {
   }
   static reg exp(reg x) { return simd::exp_poly<Avx512>(x); }
   static float hmax(reg a) { return _mm512_reduce_max_ps(a); }
+  static unsigned ge_mask(reg a, reg b) { return unsigned(_mm512_cmp_ps_mask(a, b, _CMP_GE_OQ)); }
   static float hsum(reg a) {
     __m256 h = _mm256_add_ps(_mm512_castps512_ps256(a),
                              _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1)));

@@ -350,6 +350,26 @@ void attend_part_generic(AttendPhase phase, int lo, int hi, const float* q, int 
   }
 }
 
+int softmax_stats_generic(const float* x, int n, float t, float close, float* max_out, double* sum_out,
+                          int32_t* ids) {
+  float xmax = x[0];
+  for (int i = 1; i < n; i++) xmax = std::max(xmax, x[i]);
+  const float mq = xmax / t, lo = mq - close;
+  double sum = 0;
+  int count = 0;
+  for (int b = 0; b < n; b += kStatsBlock) {
+    float block = 0;
+    for (int j = b; j < std::min(n, b + kStatsBlock); j++) {
+      const float q = x[j] / t;
+      block += std::exp(q - mq);
+      if (q >= lo) ids[count++] = j;
+    }
+    sum += block;
+  }
+  *max_out = mq, *sum_out = sum;
+  return count;
+}
+
 void to_f16_generic(const float* x, uint16_t* out, int n) {
   for (int i = 0; i < n; i++) out[i] = f32_to_f16(x[i]);
 }
@@ -372,7 +392,8 @@ const Kernels& kernels_generic() {
                          quantize_rows,
                          {attend_part_generic<float>, attend_part_generic<uint16_t>},
                          {glu_generic<Activation::Silu>, glu_generic<Activation::GeluTanh>},
-                         to_f16_generic};
+                         to_f16_generic,
+                         softmax_stats_generic};
   return k;
 }
 

@@ -113,6 +113,12 @@ constexpr int kActivations = 2;
 // out[i] = act(gate[i]) * up[i], i < n.
 using GluFn = void (*)(const float* gate, const float* up, float* out, int n);
 
+// Softmax statistics of a row of scores for the sampler, at temperature t: with q[i] = x[i] / t (float32, as numpy
+// divides), *max = the largest q, *sum = the sum of exp(q[i] - max) (float32 sums of 256 terms, added in double),
+// and the ids of the q[i] >= max - close, ascending, written to ids (room for n); returns how many. n >= 1, t > 0.
+using SoftmaxStatsFn = int (*)(const float* x, int n, float t, float close, float* max, double* sum, int32_t* ids);
+constexpr int kStatsBlock = 256;
+
 struct Kernels {
   const char* name;
   MatmulFn matmul[3];   // F32, BF16, F16
@@ -121,6 +127,7 @@ struct Kernels {
   AttendPartFn attend_part[kKVTypes];  // by KVType
   GluFn glu[kActivations];    // by Activation
   ToF16Fn to_f16;
+  SoftmaxStatsFn softmax_stats;
 };
 
 const Kernels& kernels_generic();

@@ -15,6 +15,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -499,6 +500,42 @@ void glu(const float* gate, const float* up, float* out, int n) {
 }
 
 template <class V>
+int softmax_stats(const float* x, int n, float t, float close, float* max_out, double* sum_out, int32_t* ids) {
+  using R = typename V::reg;
+  float xmax = x[0];  // max(x) / t is the largest quotient: rounding is monotonic
+  int i = 0;
+  if (n >= V::W) {
+    R m = V::load(x);
+    for (i = V::W; i + V::W <= n; i += V::W) m = V::max(m, V::load(x + i));
+    xmax = V::hmax(m);
+  }
+  for (; i < n; i++) xmax = std::max(xmax, x[i]);
+  const float mq = xmax / t, lo = mq - close;
+  const R vt = V::set1(t), vm = V::set1(mq), vlo = V::set1(lo);
+  double sum = 0;
+  int count = 0;
+  for (int b = 0; b < n; b += kStatsBlock) {
+    const int e = std::min(n, b + kStatsBlock);
+    R acc = V::zero();
+    int j = b;
+    for (; j + V::W <= e; j += V::W) {
+      const R q = V::div(V::load(x + j), vt);
+      acc = V::add(acc, V::exp(V::sub(q, vm)));
+      for (auto bits = V::ge_mask(q, vlo); bits; bits &= bits - 1) ids[count++] = j + __builtin_ctzll(bits);
+    }
+    float tail = 0;
+    for (; j < e; j++) {
+      const float q = x[j] / t;
+      tail += std::exp(q - mq);
+      if (q >= lo) ids[count++] = j;
+    }
+    sum += double(V::hsum(acc)) + double(tail);
+  }
+  *max_out = mq, *sum_out = sum;
+  return count;
+}
+
+template <class V>
 Kernels make_kernels(const char* name) {
   return Kernels{name,
                  {matmul<V, WType::F32>, matmul<V, WType::BF16>, matmul<V, WType::F16>},
@@ -506,7 +543,8 @@ Kernels make_kernels(const char* name) {
                  quantize<V>,
                  {attend_part<V, float>, attend_part<V, uint16_t>},
                  {glu<V, Activation::Silu>, glu<V, Activation::GeluTanh>},
-                 to_f16<V>};
+                 to_f16<V>,
+                 softmax_stats<V>};
 }
 
 // exp(x) for a vector, Cephes' polynomial (about 1 ulp on the clamped range). The clamp keeps 2^n normal.
