@@ -53,9 +53,11 @@ class SamplingParams:
 
 # Top-p's candidates, widest last: the tokens within CLOSE nats of the most likely one (one cheap pass), else the
 # TOP most likely, else the whole vocabulary (a full sort), whichever first holds top_p of the probability mass.
-# Top-k looks for its k best among the CLOSE ones first. The max, the softmax total and the CLOSE tokens of the
-# vocabulary come from one native pass (32 us for 49k tokens; numpy's passes took 165).
+# Top-k looks for its k best among the CLOSE ones, else among the WIDE ones, else in the whole vocabulary. The
+# max, the softmax total and the tokens within a distance come from one native pass over the scores (32 us for
+# 49k tokens; numpy's passes took 165).
 CLOSE = 9.0
+WIDE = 16.0
 TOP = 1024
 
 
@@ -74,6 +76,7 @@ class Sampler:
         self.top_p = p.top_p if p.do_sample and p.top_p is not None and p.top_p < 1.0 else None
         self.min_p = p.min_p if p.do_sample and p.min_p else None
         self.isa = best_isa()
+        self._buffer = None
         self.needs_logits = p.do_sample or self.penalty is not None or len(self.eos) > 0
 
     def draw(self) -> float:
@@ -85,7 +88,7 @@ class Sampler:
         scores = self.processed(logits, context)
         if not self.params.do_sample:
             return int(np.argmax(scores))
-        return self.sample(self.survivors(scores), u)
+        return self.sample(*self.survivors(scores), u)
 
     def processed(self, logits, context) -> np.ndarray:
         """The scores after the repetition penalty and min_new_tokens (float32; logits are not modified)."""
@@ -95,7 +98,9 @@ class Sampler:
         suppress_eos = len(self.eos) > 0 and n_ctx - self.prompt_len < self.params.min_new_tokens
         if self.penalty is None and not suppress_eos:
             return x
-        x = x.copy()
+        if self._buffer is None or self._buffer.shape != x.shape:
+            self._buffer = np.empty_like(x)  # kept: a fresh vocabulary-sized array is page faults on every call
+        x = np.copyto(self._buffer, x) or self._buffer
         if self.penalty is not None:  # a context token's score: times the penalty if negative, else divided by it
             ids = np.asarray(context, dtype=np.int64).reshape(-1)
             v = x[ids]
@@ -104,50 +109,60 @@ class Sampler:
             x[self.eos[(self.eos >= 0) & (self.eos < len(x))]] = -np.inf
         return x
 
+    def _over_t(self, x: np.ndarray) -> np.ndarray:
+        return x / np.float32(self.temperature) if self.temperature is not None else x
+
     def survivors(self, scores: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
-        """(scores after temperature, the ids that top-k, top-p and min-p keep, ascending; None: all of them)."""
-        s = scores / np.float32(self.temperature) if self.temperature is not None else scores
+        """(scores over temperature of the tokens top-k, top-p and min-p keep, their ids ascending; None: all of
+        them). Scores are divided by the temperature only where they are read."""
         keep = stats = None
         if self.top_k or self.top_p is not None:  # one native pass: max, softmax total, the tokens within CLOSE
             stats = _native.softmax_stats(self.isa, scores, self.temperature or 1.0, CLOSE)
         if self.top_k:  # the tokens scoring at least the k-th highest score (ties kept, as transformers does)
-            k, close = min(self.top_k, len(s)), stats[2]
-            pool = s[close] if len(close) >= k else s  # the CLOSE ones usually hold the k best
-            kth = np.partition(pool, len(pool) - k)[len(pool) - k]
-            keep = close[pool >= kth] if len(close) >= k else np.flatnonzero(s >= kth)
+            k, close = min(self.top_k, len(scores)), stats[2]
+            if len(close) < k:  # fewer than k within CLOSE: look WIDE, a second pass cheaper than a full partition
+                close = _native.softmax_stats(self.isa, scores, self.temperature or 1.0, WIDE)[2]
+            if len(close) < k:
+                close = np.arange(len(scores))
+            pool = self._over_t(scores[close])
+            keep = close[pool >= np.partition(pool, len(pool) - k)[len(pool) - k]]
         if self.top_p is not None:
-            keep = self._top_p(s, keep, stats)
+            keep = self._top_p(scores, keep, stats)
         if self.min_p is not None:  # probability at least min_p times the most likely token's
-            sv = s if keep is None else s[keep]
+            sv = self._over_t(scores if keep is None else scores[keep])
             kept = np.flatnonzero(np.exp(sv - sv.max()) >= np.float32(self.min_p))
             keep = kept if keep is None else keep[kept]
-        return s, keep
+        return self._over_t(scores if keep is None else scores[keep]), keep
 
-    def _top_p(self, s: np.ndarray, keep: np.ndarray | None, stats) -> np.ndarray:
+    def _top_p(self, scores: np.ndarray, keep: np.ndarray | None, stats) -> np.ndarray:
         """The tokens whose probability mass ranked above them (among the tokens kept so far) is below top_p."""
         if keep is None:
-            sv = s
+            ids = None
             m, total, close = stats
         else:
-            sv = s[keep]
+            ids = keep
+            sv = self._over_t(scores[keep])
             m = sv.max()
             total = np.exp(sv - m).sum(dtype=np.float64)
             close = np.flatnonzero(sv >= m - CLOSE)
-        widening = (lambda: close, lambda: np.argpartition(sv, -TOP)[-TOP:], lambda: np.arange(len(sv)))
-        for make in widening if len(sv) > TOP else widening[::2]:
+        n = len(scores) if ids is None else len(ids)
+        values = (lambda c: self._over_t(scores[c])) if ids is None else (lambda c: sv[c])
+        widening = (lambda: close, lambda: np.argpartition(values(np.arange(n)), -TOP)[-TOP:],
+                    lambda: np.arange(n))
+        for make in widening if n > TOP else widening[::2]:
             cands = make()
-            order = cands[np.argsort(-sv[cands], kind="stable")]  # most likely first
-            probs = np.exp(sv[order] - m).astype(np.float64) / total
+            v = values(cands)
+            rank = np.argsort(-v, kind="stable")  # most likely first
+            probs = np.exp(v[rank] - m).astype(np.float64) / total
             cumulative = np.cumsum(probs)
-            if cumulative[-1] >= self.top_p or len(cands) == len(sv):
-                kept = order[cumulative - probs < self.top_p]
-                return np.sort(kept if keep is None else keep[kept])
+            if cumulative[-1] >= self.top_p or len(cands) == n:
+                kept = cands[rank[cumulative - probs < self.top_p]]
+                return np.sort(kept if ids is None else ids[kept])
         raise AssertionError("unreachable: the last candidates are the whole vocabulary")
 
-    def sample(self, survivors: tuple[np.ndarray, np.ndarray | None], u: float) -> int:
-        """The token whose interval of the cumulative distribution (in token id order) holds u times its total."""
-        s, keep = survivors
-        sv = s if keep is None else s[keep]
+    def sample(self, sv: np.ndarray, keep: np.ndarray | None, u: float) -> int:
+        """The token whose interval of the cumulative distribution (in token id order) holds u times its total:
+        sv are the survivors' scores over temperature, keep their ids (None: every token)."""
         weights = np.exp(sv - sv.max())  # float32, as a softmax of the scores would be before its division
         # torch's serial cumsum: numpy's runs at a quarter of its speed (0.2 ms for 49k tokens)
         cdf = torch.from_numpy(weights.astype(np.float64)).cumsum(0).numpy()

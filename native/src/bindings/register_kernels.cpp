@@ -245,7 +245,8 @@ py::tuple softmax_stats(const std::string& isa, F32Array x, float t, float close
   if (x.ndim() != 1 || x.size() == 0) throw std::invalid_argument("softmax_stats takes a non-empty 1-D row");
   if (!(t > 0)) throw std::invalid_argument("the temperature must be positive");
   const int n = int(x.size());
-  std::vector<int32_t> ids(n);
+  thread_local std::vector<int32_t> ids;  // kept: a fresh vocabulary-sized buffer is page faults on every call
+  if (ids.size() < size_t(n)) ids.resize(n);
   float mx;
   double sum;
   int count;
