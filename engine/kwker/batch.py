@@ -18,10 +18,12 @@ DEFAULT_PREFILL_CHUNK = 64  # prompt tokens a newcomer adds per step, so running
 
 
 @contextmanager
-def _one_torch_thread():
-    """torch on one thread while tokens are chosen: its ops here are vocabulary-sized (too small to share), and
-    torch's OpenMP workers spin after each op, taking the cores the native step's own threads are about to need
-    (measured: seeded top-p sampling on SmolLM2 int4 ran at 57 tokens/s with them, 100+ without)."""
+def one_torch_thread():
+    """torch on one intra-op thread for the block (restored after, also on error). Between two native steps torch's
+    ops are small or vocabulary-sized (too small to share), and each op on two or more threads wakes torch's OpenMP
+    workers, which then spin-wait on the cores the next native step's threads need. Measured on SmolLM2 int4, 2
+    cores: seeded top-p sampling 57 -> 100+ tokens/s (the torch sampler of the time); transformers' own generate
+    loop through install(), greedy 93 -> 230+."""
     n = torch.get_num_threads()
     if n == 1:
         yield
@@ -42,7 +44,7 @@ class BatchRunner:
         """One round: every sequence's plan, packed into as few native steps as the step limits allow."""
         if all(seq.fast for seq in seqs):  # torch is not used: the native argmax is every answer
             return self._step(seqs)
-        with _one_torch_thread():
+        with one_torch_thread():
             return self._step(seqs)
 
     def _step(self, seqs):

@@ -14,6 +14,8 @@ import functools
 import torch
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
+from kwker.batch import one_torch_thread
+
 
 def install(model, max_cache_len: int = 2048, precision: str | None = None, threads: int | None = None,
             draft=None):
@@ -46,7 +48,7 @@ def install(model, max_cache_len: int = 2048, precision: str | None = None, thre
         model._kwker_fallback = reason
         if reason is not None:
             return original(*args, **kwargs)
-        with _native_forward(model, decoder), _one_torch_thread():
+        with _native_forward(model, decoder), one_torch_thread():
             return original(*args, **kwargs)
 
     model.generate = generate
@@ -88,20 +90,6 @@ def _fallback_reason(model, decoder, args, kwargs) -> str | None:
     if total > decoder.max_cache_len:
         return f"{total} tokens exceed the decoder's max_cache_len {decoder.max_cache_len}"
     return None
-
-
-@contextlib.contextmanager
-def _one_torch_thread():
-    """torch on one intra-op thread for the call. Between two native steps transformers' loop runs torch ops on
-    vocabulary-sized tensors (processors, argmax, sampling); with two or more threads each wakes torch's OpenMP
-    workers, which then spin-wait on the cores the native step's threads need (SmolLM2 int4 through
-    model.generate, 2 cores: greedy 93 -> 230 tokens/s, sampled 90 -> 140)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
 
 
 @contextlib.contextmanager
