@@ -99,7 +99,8 @@ class Sampler:
             return x
         if self._buffer is None or self._buffer.shape != x.shape:
             self._buffer = np.empty_like(x)  # kept: a fresh vocabulary-sized array is page faults on every call
-        x = np.copyto(self._buffer, x) or self._buffer
+        np.copyto(self._buffer, x)
+        x = self._buffer
         if self.penalty is not None:  # a context token's score: times the penalty if negative, else divided by it
             ids = np.asarray(context, dtype=np.int64).reshape(-1)
             v = x[ids]
