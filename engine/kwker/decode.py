@@ -184,9 +184,11 @@ class KwkDecoder:
                     logit_rows.append(torch.from_numpy(self._step.logits(len(out_rows)).copy()))
             self._cached[slot].extend(tokens[i:i + size])
             i += size
+        if len(logit_rows) > 1:
+            return argmax_rows, torch.cat(logit_rows)
         # one chunk's rows as they are: torch.cat would copy them on torch's OpenMP threads, which then spin on the
         # core the next step's worker needs
-        return argmax_rows, (logit_rows[0] if len(logit_rows) == 1 else torch.cat(logit_rows) if logit_rows else None)
+        return argmax_rows, (logit_rows[0] if logit_rows else None)
 
     def _reusable_prefix(self, tokens: list[int], slot: int = 0) -> int:
         """How many leading tokens the cache already holds (never all: the last token's logits are needed)."""

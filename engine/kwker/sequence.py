@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import time
 
-
 from kwker.sampling import Sampler
 from kwker.speculative import Speculator
 from kwker.streaming import GenerationChunk, GenerationStats, StreamingDetokenizer

@@ -502,15 +502,8 @@ void glu(const float* gate, const float* up, float* out, int n) {
 template <class V>
 int softmax_stats(const float* x, int n, float t, float close, float* max_out, double* sum_out, int32_t* ids) {
   using R = typename V::reg;
-  float xmax = x[0];  // max(x) / t is the largest quotient: rounding is monotonic
-  int i = 0;
-  if (n >= V::W) {
-    R m = V::load(x);
-    for (i = V::W; i + V::W <= n; i += V::W) m = V::max(m, V::load(x + i));
-    xmax = V::hmax(m);
-  }
-  for (; i < n; i++) xmax = std::max(xmax, x[i]);
-  const float mq = xmax / t, lo = mq - close;
+  // max(x) / t is the largest quotient: rounding is monotonic
+  const float mq = row_max<V>(x, 0, n) / t, lo = mq - close;
   const R vt = V::set1(t), vm = V::set1(mq), vlo = V::set1(lo);
   double sum = 0;
   int count = 0;
