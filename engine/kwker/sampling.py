@@ -21,7 +21,6 @@ import numpy as np
 import torch
 
 from kwker import _native
-from kwker.cpu_backend import best_isa
 
 
 @dataclass
@@ -74,7 +73,6 @@ class Sampler:
         self.top_k = p.top_k if p.do_sample and p.top_k else 0
         self.top_p = p.top_p if p.do_sample and p.top_p is not None and p.top_p < 1.0 else None
         self.min_p = p.min_p if p.do_sample and p.min_p else None
-        self.isa = best_isa()
         self._buffer = None
         self.needs_logits = p.do_sample or self.penalty is not None or len(self.eos) > 0
 
@@ -117,11 +115,11 @@ class Sampler:
         them). Scores are divided by the temperature only where they are read."""
         keep = stats = None
         if self.top_k or self.top_p is not None:  # one native pass: max, softmax total, the tokens within CLOSE
-            stats = _native.softmax_stats(self.isa, scores, self.temperature or 1.0, CLOSE)
+            stats = _native.softmax_stats(scores, self.temperature or 1.0, CLOSE)
         if self.top_k:  # the tokens scoring at least the k-th highest score (ties kept, as transformers does)
             k, close = min(self.top_k, len(scores)), stats[2]
             if len(close) < k:  # fewer than k within CLOSE: look WIDE, a second pass cheaper than a full partition
-                close = _native.softmax_stats(self.isa, scores, self.temperature or 1.0, WIDE)[2]
+                close = _native.softmax_stats(scores, self.temperature or 1.0, WIDE)[2]
             if len(close) < k:
                 close = np.arange(len(scores))
             pool = self._over_t(scores[close])

@@ -11,8 +11,8 @@ from kwker import _native
 AVX512 = "avx512" if _native.isa_supported("avx512") else "avx512-emulated"
 ISAS = ["generic", "avx2", AVX512]
 SIZES = [1, 3, 7, 17, 31, 33, 127, 129]
-WTYPES = {"f32": (0, torch.float32), "bf16": (1, torch.bfloat16), "f16": (2, torch.float16), "q8": (3, None),
-          "q4": (4, None)}
+WTYPES = {"f32": (_native.WType.F32, torch.float32), "bf16": (_native.WType.BF16, torch.bfloat16),
+          "f16": (_native.WType.F16, torch.float16), "q8": (_native.WType.Q8, None), "q4": (_native.WType.Q4, None)}
 EPS32 = np.finfo(np.float32).eps
 
 
@@ -253,7 +253,7 @@ def test_silu_mul(isa, n):
     rng = np.random.default_rng(n)
     g = (rng.standard_normal(n) * 8).astype(np.float32)  # reaches the exp clamp region too
     u = rng.standard_normal(n).astype(np.float32)
-    out = _native.kernel_glu(isa, g, u, 0)
+    out = _native.kernel_glu(isa, g, u, _native.Activation.Silu)
     g64 = g.astype(np.float64)
     ref = g64 / (1 + np.exp(-g64)) * u
     assert np.allclose(out, ref, rtol=4 * EPS32, atol=1e-30)
@@ -267,7 +267,7 @@ def test_gelu_tanh_mul_matches_torch(isa, n):
     rng = np.random.default_rng(n + 1)
     g = (rng.standard_normal(n) * 6).astype(np.float32)
     u = rng.standard_normal(n).astype(np.float32)
-    out = _native.kernel_glu(isa, g, u, 1)
+    out = _native.kernel_glu(isa, g, u, _native.Activation.GeluTanh)
     g64 = g.astype(np.float64)
     z = 2 * np.sqrt(2 / np.pi) * (g64 + 0.044715 * g64**3)
     gelu = g64 / (1 + np.exp(-z))  # = 0.5 x (1 + tanh(z / 2)) without the cancellation in the far tail
@@ -379,7 +379,7 @@ def test_activation_quantization_is_identical_across_isas(isa, k):
 @pytest.mark.parametrize("n", [1, 7, 8, 255, 257, 49152, 151936 + 5])
 def test_softmax_stats_match_numpy(isa, n):
     """The sampler's native pass: the max of x / t (exactly numpy's float32 quotients), the softmax total against
-    float64 (float32 sums of 256 terms: 1e-5 relative), and exactly the ids within `close` of the max."""
+    float64 (float32 canonical sums of 256 terms: 1e-5 relative), and exactly the ids within `close` of the max."""
     needs(isa)
     rng = np.random.default_rng(n)
     x = (rng.standard_normal(n) * 4).astype(np.float32)
@@ -388,11 +388,56 @@ def test_softmax_stats_match_numpy(isa, n):
     if n == 1:
         x[0] = 1.5
     for t, close in ((1.0, 9.0), (0.7, 9.0), (1.9, 3.0)):
-        top, total, ids = _native.softmax_stats(isa, x, t, close)
+        top, total, ids = _native.kernel_softmax_stats(isa, x, t, close)
         q = x / np.float32(t)
         assert top == q.max()
         want = np.exp(q.astype(np.float64) - q.max()).sum()
         assert abs(total / want - 1) < 1e-5, (total, want)
         assert np.array_equal(ids, np.flatnonzero(q >= np.float32(q.max() - np.float32(close))))
     with pytest.raises(ValueError, match="temperature"):
-        _native.softmax_stats(isa, x, 0.0, 9.0)
+        _native.kernel_softmax_stats(isa, x, 0.0, 9.0)
+
+
+@pytest.mark.parametrize("n", [1, 5, 16, 17, 33, 255, 256, 257, 4099])
+def test_attend_glu_quantize_and_stats_are_identical_across_isas(n):
+    """Beside the matmuls, the kernels with a reduction or an exponential (the attention's softmax, the GLU, the
+    sampler's pass) share one exp polynomial and one canonical sum order (canonical.h), and the activation
+    quantization is exact: every ISA returns the reference's bits, for any length (whole groups of 16 lanes,
+    AVX2's two registers of 8, and a tail)."""
+    rng = np.random.default_rng(n)
+    isas = [isa for isa in ISAS[1:] if _native.isa_supported(isa)]
+    q = rng.standard_normal((3, 64)).astype(np.float32)
+    k = rng.standard_normal((n, 64)).astype(np.float32)
+    v = rng.standard_normal((n, 64)).astype(np.float32)
+    x = (rng.standard_normal(n) * 5).astype(np.float32)
+    u = rng.standard_normal(n).astype(np.float32)
+    rows = (rng.standard_normal((3, n)) * 3).astype(np.float32)
+
+    def results(isa):
+        out = [_native.kernel_attend(isa, q, k, v, 0.125, first, kv_f16=f16)
+               for first in (0, n // 3) for f16 in (False, True)]
+        out += [_native.kernel_glu(isa, x, u, act) for act in _native.Activation.__members__.values()]
+        out += list(_native.kernel_quantize(isa, rows))
+        for t, close in ((1.0, 9.0), (0.7, 2.0)):
+            top, total, ids = _native.kernel_softmax_stats(isa, x, t, close)
+            out += [np.float32(top), np.float64(total), ids]
+        return out
+
+    ref = results("generic")
+    for isa in isas:
+        for i, (a, b) in enumerate(zip(results(isa), ref)):
+            assert a.tobytes() == b.tobytes(), (isa, i)
+
+
+def test_the_samplers_pass_runs_on_kernels_chosen_once():
+    """softmax_stats (the engine's entry) runs on the process's kernels and equals every ISA's bits."""
+    x = (np.random.default_rng(3).standard_normal(50_000) * 4).astype(np.float32)
+    top, total, ids = _native.softmax_stats(x, 0.8, 9.0)
+    assert _native.sampler_isa() in ("generic", "avx2", "avx512", "avx512-emulated")
+    rtop, rtotal, rids = _native.kernel_softmax_stats("generic", x, 0.8, 9.0)
+    assert (top, total) == (rtop, rtotal) and np.array_equal(ids, rids)
+    for bad_t in (0.0, -1.0, float("inf"), float("nan")):
+        with pytest.raises(ValueError, match="temperature"):
+            _native.softmax_stats(x, bad_t, 9.0)
+    with pytest.raises(TypeError, match="float32"):
+        _native.softmax_stats(x.astype(np.float64), 1.0, 9.0)

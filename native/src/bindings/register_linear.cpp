@@ -7,6 +7,7 @@
 #include <string>
 
 #include "../model/linear.h"
+#include "checks.h"
 
 namespace py = pybind11;
 
@@ -14,29 +15,28 @@ namespace kwker {
 
 namespace {
 
-using F32Array = py::array_t<float, py::array::c_style | py::array::forcecast>;
-
-std::unique_ptr<Linear> make_linear(F32Array w, py::object bias, std::shared_ptr<ThreadPool> pool,
+std::unique_ptr<Linear> make_linear(py::object w_arg, py::object bias_arg, std::shared_ptr<ThreadPool> pool,
                                     const std::string& isa) {
-  if (w.ndim() != 2) throw std::invalid_argument("weight must be 2-D");
-  const float* b = nullptr;
-  F32Array ba;
-  if (!bias.is_none()) {
-    ba = bias.cast<F32Array>();
-    if (ba.size() != w.shape(0)) throw std::invalid_argument("bias has the wrong size");
-    b = ba.data();
-  }
-  py::gil_scoped_release release;
-  return std::make_unique<Linear>(w.data(), int(w.shape(0)), int(w.shape(1)), b, std::move(pool), isa);
+  const py::array w = bindings::weight_array(w_arg, WType::F32, "weight");
+  const py::array_t<float> bias = bindings::bias_array(bias_arg, w.shape(0), "bias");
+  if (!pool) throw std::invalid_argument("a Linear needs a Pool");
+  const float* b = bias.size() ? bias.data() : nullptr;
+  const float* wp = static_cast<const float*>(w.data());
+  py::gil_scoped_release release;  // packing reads our checked (and kept alive) copies
+  return std::make_unique<Linear>(wp, int(w.shape(0)), int(w.shape(1)), b, std::move(pool), isa);
 }
 
-// x: [m, k] float32 with unit column stride; returns a new [m, n] array.
-py::array_t<float> forward(Linear& lin, py::array_t<float> x) {
-  if (x.ndim() != 2 || x.shape(1) != lin.k() || x.strides(1) != sizeof(float))
-    throw std::invalid_argument("input must be [m, " + std::to_string(lin.k()) + "] float32 with contiguous rows");
+// x: [m, k] float32 with unit column stride (rows may be strided); returns a new [m, n] array.
+py::array_t<float> forward(Linear& lin, py::object x_arg) {
+  const py::array x = bindings::as_array(x_arg, "input");
+  if (!x.dtype().is(py::dtype::of<float>()) || x.ndim() != 2 || x.shape(1) != lin.k() ||
+      x.strides(1) != sizeof(float) || x.strides(0) < py::ssize_t(sizeof(float)) * lin.k() ||
+      x.strides(0) % sizeof(float))
+    throw std::invalid_argument("input must be [m, " + std::to_string(lin.k()) +
+                                "] float32 with contiguous, non-overlapping rows");
   const int m = int(x.shape(0));
   py::array_t<float> y({m, lin.n()});
-  const float* xp = x.data();
+  const float* xp = static_cast<const float*>(x.data());
   float* yp = y.mutable_data();
   const int ldx = int(x.strides(0) / sizeof(float));
   {

@@ -3,11 +3,13 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <cmath>
 #include <memory>
 #include <stdexcept>
 #include <string>
 
 #include "../model/model.h"
+#include "checks.h"
 
 namespace py = pybind11;
 
@@ -15,89 +17,110 @@ namespace kwker {
 
 namespace {
 
-using F32Array = py::array_t<float, py::array::c_style | py::array::forcecast>;
-using I32Array = py::array_t<int32_t, py::array::c_style | py::array::forcecast>;
+using bindings::float_array;
+using bindings::id_vector;
+
+// A positive int entry of the config dict.
+int config_int(const py::dict& d, const char* key, bool required = true, int fallback = 0) {
+  if (!d.contains(key)) {
+    if (required) throw std::invalid_argument(std::string("config has no '") + key + "'");
+    return fallback;
+  }
+  const py::handle v = d[key];
+  if (!py::isinstance<py::int_>(v) || py::isinstance<py::bool_>(v))
+    throw py::type_error(std::string("config['") + key + "'] must be an int");
+  return v.cast<int>();
+}
 
 Config config_from_dict(const py::dict& d) {
   Config c;
-  c.n_layer = d["n_layer"].cast<int>();
-  c.n_embd = d["n_embd"].cast<int>();
-  c.n_head = d["n_head"].cast<int>();
-  c.n_kv_head = d["n_kv_head"].cast<int>();
-  c.head_dim = d["head_dim"].cast<int>();
-  c.n_ff = d["n_ff"].cast<int>();
-  c.vocab = d["vocab"].cast<int>();
+  c.n_layer = config_int(d, "n_layer");
+  c.n_embd = config_int(d, "n_embd");
+  c.n_head = config_int(d, "n_head");
+  c.n_kv_head = config_int(d, "n_kv_head");
+  c.head_dim = config_int(d, "head_dim");
+  c.n_ff = config_int(d, "n_ff");
+  c.vocab = config_int(d, "vocab");
   c.norm_eps = d["norm_eps"].cast<float>();
   c.attn_scale = d["attn_scale"].cast<float>();
-  c.wtype = WType(d["wtype"].cast<int>());
+  c.wtype = d["wtype"].cast<WType>();
   c.tied_embeddings = d["tied_embeddings"].cast<bool>();
   c.qk_norm = d.contains("qk_norm") && d["qk_norm"].cast<bool>();
   c.post_norms = d.contains("post_norms") && d["post_norms"].cast<bool>();
-  if (d.contains("activation")) c.act = Activation(d["activation"].cast<int>());
+  if (d.contains("activation")) c.act = d["activation"].cast<Activation>();
   if (d.contains("embed_scale")) c.embed_scale = d["embed_scale"].cast<float>();
-  if (d.contains("rope_dim")) c.rope_dim = d["rope_dim"].cast<int>();
+  c.rope_dim = config_int(d, "rope_dim", false, 0);
   if (d.contains("layer_window")) c.layer_window = d["layer_window"].cast<std::vector<int>>();
   if (d.contains("layer_rope")) c.layer_rope = d["layer_rope"].cast<std::vector<int>>();
   if (d.contains("kv_f16")) c.kv_type = d["kv_f16"].cast<bool>() ? KVType::F16 : KVType::F32;
+  if (!std::isfinite(c.norm_eps) || !std::isfinite(c.attn_scale) || !std::isfinite(c.embed_scale))
+    throw std::invalid_argument("norm_eps, attn_scale and embed_scale must be finite");
   return c;
 }
 
-std::unique_ptr<Model> make_model(const py::dict& config, F32Array rope_cos, F32Array rope_sin, int max_cache_len,
-                                  int n_slots, int max_step_tokens, int max_out_rows, int threads,
-                                  const std::string& isa) {
+std::unique_ptr<Model> make_model(const py::dict& config, py::object cos_arg, py::object sin_arg,
+                                  int max_cache_len, int n_slots, int max_step_tokens, int max_out_rows,
+                                  int threads, const std::string& isa) {
   Config c = config_from_dict(config);
+  if (c.head_dim < 2 || c.rope_dim < 0 || c.rope_dim > c.head_dim)
+    throw std::invalid_argument("head_dim must be at least 2 and rope_dim at most head_dim");
   const py::ssize_t half = (c.rope_dim ? c.rope_dim : c.head_dim) / 2;
-  const bool one_table = rope_cos.ndim() == 2;  // [max_cache_len, half], or n tables [n, max_cache_len, half]
-  for (auto* a : {&rope_cos, &rope_sin})
-    if (a->ndim() != rope_cos.ndim() || (a->ndim() != 2 && a->ndim() != 3) || a->shape(0) != rope_cos.shape(0) ||
-        a->shape(a->ndim() - 2) != max_cache_len || a->shape(a->ndim() - 1) != half)
-      throw std::invalid_argument("rope tables must be [max_cache_len, rope_dim / 2] or [n, max_cache_len, rope_dim / 2]");
-  return std::make_unique<Model>(c, one_table ? 1 : int(rope_cos.shape(0)), rope_cos.data(), rope_sin.data(),
+  // [max_cache_len, half], or n tables [n, max_cache_len, half]
+  py::array_t<float> rope_cos = float_array(cos_arg, -1, "rope_cos"), rope_sin = float_array(sin_arg, -1, "rope_sin");
+  const py::ssize_t nd = rope_cos.ndim();
+  bool ok = (nd == 2 || nd == 3) && rope_sin.ndim() == nd;
+  for (py::ssize_t i = 0; ok && i < nd; i++) ok = rope_cos.shape(i) == rope_sin.shape(i);
+  if (!ok || rope_cos.shape(nd - 2) != max_cache_len || rope_cos.shape(nd - 1) != half || rope_cos.shape(0) < 1)
+    throw std::invalid_argument("rope tables must be [max_cache_len, rope_dim / 2] or [n, max_cache_len, rope_dim / 2]");
+  return std::make_unique<Model>(c, nd == 2 ? 1 : int(rope_cos.shape(0)), rope_cos.data(), rope_sin.data(),
                                  max_cache_len, n_slots, max_step_tokens, max_out_rows, threads, isa);
 }
 
-void set_matrix(Model& m, const std::string& name, py::array w, int wtype, py::object bias) {
-  if (w.ndim() != 2) throw std::invalid_argument("weight " + name + " must be 2-D");
-  if (wtype < 0 || wtype >= kWTypes) throw std::invalid_argument("unknown weight type");
-  const size_t want = wtype_quantized(WType(wtype)) ? 4 : wtype_size(WType(wtype));  // quantized: from float32
-  if (size_t(w.itemsize()) != want)
-    throw std::invalid_argument("weight " + name + " element size does not match its type");
-  auto wc = py::array::ensure(w, py::array::c_style);
-  const float* b = nullptr;
-  F32Array ba;
-  if (!bias.is_none()) {
-    ba = bias.cast<F32Array>();
-    if (ba.size() != w.shape(0)) throw std::invalid_argument("bias of " + name + " has the wrong size");
-    b = ba.data();
-  }
-  m.set_matrix(name, wc.data(), WType(wtype), int(w.shape(0)), int(w.shape(1)), b);
+void set_matrix(Model& m, const std::string& name, py::object w_arg, WType wtype, py::object bias_arg) {
+  const py::array w = bindings::weight_array(w_arg, wtype, "weight " + name);
+  const py::array_t<float> bias = bindings::bias_array(bias_arg, w.shape(0), "bias of " + name);
+  m.set_matrix(name, w.data(), wtype, int(w.shape(0)), int(w.shape(1)), bias.size() ? bias.data() : nullptr);
 }
 
-// tokens, slots, positions: [T]; out_rows: [R]. Returns argmax [R]; logits stay in the model (see logits()).
-py::array_t<int32_t> step(Model& m, I32Array tokens, I32Array slots, I32Array positions, I32Array out_rows) {
+void set_norm(Model& m, const std::string& name, py::object w_arg) {
+  const py::array_t<float> w = float_array(w_arg, 1, "norm " + name);
+  m.set_norm(name, w.data(), int(w.shape(0)));
+}
+
+// tokens, slots, positions: [T] int32/int64; out_rows: [R]. Returns argmax [R]; the logits stay in the model
+// (see logits()). The ids are copied before the GIL is released.
+py::array_t<int32_t> step(Model& m, py::object tokens_arg, py::object slots_arg, py::object positions_arg,
+                          py::object out_rows_arg) {
+  const std::vector<int32_t> tokens = id_vector(tokens_arg, "tokens"), slots = id_vector(slots_arg, "slots"),
+                             positions = id_vector(positions_arg, "positions"),
+                             out_rows = id_vector(out_rows_arg, "out_rows");
   const int T = int(tokens.size()), R = int(out_rows.size());
   if (T < 1 || T > m.max_step_tokens())
     throw std::invalid_argument("a step takes 1.." + std::to_string(m.max_step_tokens()) + " tokens, got " +
                                 std::to_string(T));
-  if (slots.size() != T || positions.size() != T) throw std::invalid_argument("tokens, slots, positions differ in length");
+  if (int(slots.size()) != T || int(positions.size()) != T)
+    throw std::invalid_argument("tokens, slots, positions differ in length");
   if (R > T || R > m.max_out_rows())
     throw std::invalid_argument("a step returns at most " + std::to_string(m.max_out_rows()) + " rows of logits");
   const Config& c = m.config();
   for (int t = 0; t < T; t++) {
-    if (tokens.data()[t] < 0 || tokens.data()[t] >= c.vocab)
-      throw std::invalid_argument("token id " + std::to_string(tokens.data()[t]) + " outside the vocabulary of " +
+    if (tokens[t] < 0 || tokens[t] >= c.vocab)
+      throw std::invalid_argument("token id " + std::to_string(tokens[t]) + " outside the vocabulary of " +
                                   std::to_string(c.vocab));
-    if (slots.data()[t] < 0 || slots.data()[t] >= m.n_slots()) throw std::invalid_argument("slot out of range");
-    if (positions.data()[t] < 0 || positions.data()[t] >= m.max_cache_len())
-      throw std::invalid_argument("position " + std::to_string(positions.data()[t]) + " outside the cache of " +
+    if (slots[t] < 0 || slots[t] >= m.n_slots())
+      throw std::invalid_argument("slot " + std::to_string(slots[t]) + " out of range (" +
+                                  std::to_string(m.n_slots()) + " slots)");
+    if (positions[t] < 0 || positions[t] >= m.max_cache_len())
+      throw std::invalid_argument("position " + std::to_string(positions[t]) + " outside the cache of " +
                                   std::to_string(m.max_cache_len()));
   }
   for (int r = 0; r < R; r++)
-    if (out_rows.data()[r] < 0 || out_rows.data()[r] >= T) throw std::invalid_argument("output row out of range");
+    if (out_rows[r] < 0 || out_rows[r] >= T) throw std::invalid_argument("output row out of range");
   py::array_t<int32_t> argmax(R);
+  int32_t* am = argmax.mutable_data();
   {
     py::gil_scoped_release release;
-    m.step(tokens.data(), slots.data(), positions.data(), T, out_rows.data(), R, argmax.mutable_data());
+    m.step(tokens.data(), slots.data(), positions.data(), T, out_rows.data(), R, am);
   }
   return argmax;
 }
@@ -110,10 +133,7 @@ void register_model(py::module_& mod) {
            py::arg("max_cache_len"), py::arg("n_slots"), py::arg("max_step_tokens"), py::arg("max_out_rows"),
            py::arg("threads"), py::arg("isa") = "")
       .def("set_matrix", &set_matrix, py::arg("name"), py::arg("w"), py::arg("wtype"), py::arg("bias") = py::none())
-      .def(
-          "set_norm",
-          [](Model& m, const std::string& name, F32Array w) { m.set_norm(name, w.data(), int(w.size())); },
-          py::arg("name"), py::arg("w"))
+      .def("set_norm", &set_norm, py::arg("name"), py::arg("w"))
       .def("check_complete", &Model::check_complete)
       .def("step", &step, py::arg("tokens"), py::arg("slots"), py::arg("positions"), py::arg("out_rows"))
       .def(

@@ -1,12 +1,13 @@
 // Portable reference kernels: plain loops, written independently of the SIMD template so that they are a real
-// oracle for it (tests compare every ISA against these with a named tolerance). Also the fallback on CPUs
-// without AVX2.
+// oracle for it. They share only the definitions of the exponential and of a sum's order (canonical.h), so every
+// ISA must return their bits exactly (tests/native). Also the fallback on CPUs without AVX2.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
 #include <type_traits>
 
+#include "canonical.h"
 #include "kernels.h"
 
 namespace kwker {
@@ -328,24 +329,21 @@ void attend_part_generic(AttendPhase phase, int lo, int hi, const float* q, int 
       const int i1 = int(std::min<int64_t>(e, int64_t(hi) * kPanel));  // hi may be 1 << 30
       for (int i = std::max(f, lo * kPanel); i < i1; i++) {
         float dot = 0.f;
-        for (int d = 0; d < hdp; d++) dot += qj[d] * kv_value<KV>(k, panel_index(i, d, hdp));
+        for (int d = 0; d < hdp; d++) dot = std::fma(qj[d], kv_value<KV>(k, panel_index(i, d, hdp)), dot);
         s[i] = dot * scale;
       }
     } else if (phase == AttendPhase::Softmax) {
       if (j < lo || j >= hi) continue;
       float mx = -std::numeric_limits<float>::infinity();
       for (int i = f; i < e; i++) mx = std::fmax(mx, s[i]);
-      float sum = 0.f;
-      for (int i = f; i < e; i++) {
-        s[i] = std::exp(s[i] - mx);
-        sum += s[i];
-      }
+      for (int i = f; i < e; i++) s[i] = exp_canonical(s[i] - mx);
+      const float sum = sum_canonical(s + f, e - f);
       for (int i = f; i < e; i++) s[i] = s[i] / sum;
       for (int c = 0; c < hdp; c++) out[size_t(j) * hdp + c] = 0.f;
     } else {
       float* o = out + size_t(j) * hdp;
       for (int i = f; i < e; i++)
-        for (int c = lo; c < std::min(hi, hdp); c++) o[c] += s[i] * kv_value<KV>(v, size_t(i) * hdp + c);
+        for (int c = lo; c < std::min(hi, hdp); c++) o[c] = std::fma(s[i], kv_value<KV>(v, size_t(i) * hdp + c), o[c]);
     }
   }
 }
@@ -357,14 +355,15 @@ int softmax_stats_generic(const float* x, int n, float t, float close, float* ma
   const float mq = xmax / t, lo = mq - close;
   double sum = 0;
   int count = 0;
+  float ex[kStatsBlock];
   for (int b = 0; b < n; b += kStatsBlock) {
-    float block = 0;
-    for (int j = b; j < std::min(n, b + kStatsBlock); j++) {
+    const int e = std::min(n, b + kStatsBlock);
+    for (int j = b; j < e; j++) {
       const float q = x[j] / t;
-      block += std::exp(q - mq);
+      ex[j - b] = exp_canonical(q - mq);
       if (q >= lo) ids[count++] = j;
     }
-    sum += block;
+    sum += double(sum_canonical(ex, e - b));
   }
   *max_out = mq, *sum_out = sum;
   return count;
@@ -379,7 +378,7 @@ void glu_generic(const float* gate, const float* up, float* out, int n) {
   for (int i = 0; i < n; i++) {
     const float x = gate[i];
     const float z = A == Activation::GeluTanh ? 2.f * 0.7978845608028654f * std::fma(0.044715f, x * x * x, x) : x;
-    out[i] = x / (1.f + std::exp(-z)) * up[i];
+    out[i] = x / (1.f + exp_canonical(0.f - z)) * up[i];
   }
 }
 

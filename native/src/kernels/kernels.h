@@ -77,8 +77,9 @@ using QMatmulFn = void (*)(const QRows& x, int m, const void* w, int kp, int p0,
 //   k: the head's key panels [.., hdp, kPanel] (key i, dim d at ((i / kPanel) * hdp + d) * kPanel + i % kPanel);
 //   v: [max n, hdp]; scores: scratch [rows, pad_to(max n)]; out: [rows, hdp]. Keys and values are float32 or fp16
 //   (the KV cache's element type, KVType), read as float32.
-// Each (query, key) score is one FMA chain over d, each output column one FMA chain over the row's keys in order:
-// a row's result does not depend on which other rows share the call.
+// Each (query, key) score is one FMA chain over d, each output column one FMA chain over the row's keys in order,
+// the softmax's exponential and sum the canonical ones (canonical.h): a row's result does not depend on which
+// other rows share the call, nor on the ISA.
 enum class KVType : int { F32 = 0, F16 = 1 };
 constexpr int kKVTypes = 2;
 
@@ -110,11 +111,12 @@ using ToF16Fn = void (*)(const float* x, uint16_t* out, int n);
 enum class Activation : int { Silu = 0, GeluTanh = 1 };
 constexpr int kActivations = 2;
 
-// out[i] = act(gate[i]) * up[i], i < n.
+// out[i] = act(gate[i]) * up[i], i < n, with the canonical exponential (canonical.h).
 using GluFn = void (*)(const float* gate, const float* up, float* out, int n);
 
 // Softmax statistics of a row of scores for the sampler, at temperature t: with q[i] = x[i] / t (float32, as numpy
-// divides), *max = the largest q, *sum = the sum of exp(q[i] - max) (float32 sums of 256 terms, added in double),
+// divides), *max = the largest q, *sum = the sum of exp(q[i] - max) (canonical float32 sums of blocks of
+// kStatsBlock terms, canonical.h, added in double in block order),
 // and the ids of the q[i] >= max - close, ascending, written to ids (room for n); returns how many. n >= 1, t > 0.
 using SoftmaxStatsFn = int (*)(const float* x, int n, float t, float close, float* max, double* sum, int32_t* ids);
 constexpr int kStatsBlock = 256;

@@ -22,6 +22,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "canonical.h"
 #include "kernels.h"
 
 namespace kwker::simd {
@@ -397,16 +398,29 @@ inline float row_max(const float* s, int f, int e) {
   return mx;
 }
 
-// sum of s[f..e): W lanes over whole registers from f, in order per lane, then the fixed tree of hsum, then the
-// rest one by one. The order depends on f and e alone.
+// The canonical sum (canonical.h) of the kSumLanes lanes held in kSumLanes / W registers: AVX2's two
+// registers are added first (the tree's first level, l[i] + l[i + 8]); hsum's fixed tree does the rest.
 template <class V>
-inline float row_sum(const float* s, int f, int e) {
-  typename V::reg acc = V::zero();
-  int i = f;
-  for (; i + V::W <= e; i += V::W) acc = V::add(acc, V::load(s + i));
-  float sum = V::hsum(acc);
-  for (; i < e; i++) sum += s[i];
-  return sum;
+inline float sum_lanes(const typename V::reg (&acc)[kSumLanes / V::W]) {
+  if constexpr (kSumLanes / V::W == 2) return V::hsum(V::add(acc[0], acc[1]));
+  else return V::hsum(acc[0]);
+}
+
+// The canonical sum of s[0..n): whole groups of kSumLanes, then a zero-padded copy of the last partial group.
+template <class V>
+inline float row_sum(const float* s, int n) {
+  constexpr int R = kSumLanes / V::W;
+  typename V::reg acc[R];
+  for (int r = 0; r < R; r++) acc[r] = V::zero();
+  int i = 0;
+  for (; i + kSumLanes <= n; i += kSumLanes)
+    for (int r = 0; r < R; r++) acc[r] = V::add(acc[r], V::load(s + i + r * V::W));
+  if (i < n) {
+    alignas(64) float tail[kSumLanes] = {};
+    std::memcpy(tail, s + i, sizeof(float) * (n - i));
+    for (int r = 0; r < R; r++) acc[r] = V::add(acc[r], V::load(tail + r * V::W));
+  }
+  return sum_lanes<V>(acc);
 }
 
 // G = g * nt rows: the g heads of nt query tokens (see kernels.h), one phase of the call (AttendPartFn). One pass
@@ -439,7 +453,7 @@ void attend_rows(AttendPhase phase, int lo, int hi, const float* q, int g, size_
       const typename V::reg vmx = V::set1(row_max<V>(s, f, e));
       for (int i = f / kPanel * kPanel; i < pad_to(e); i += V::W)
         V::store(s + i, V::exp(V::sub(V::load(s + i), vmx)));
-      const typename V::reg vsum = V::set1(row_sum<V>(s, f, e));
+      const typename V::reg vsum = V::set1(row_sum<V>(s + f, e - f));
       for (int i = f / kPanel * kPanel; i < pad_to(e); i += V::W) V::store(s + i, V::div(V::load(s + i), vsum));
       for (int c = 0; c < hdp; c += V::W) V::store(out + size_t(j) * hdp + c, V::zero());
     }
@@ -499,9 +513,13 @@ void glu(const float* gate, const float* up, float* out, int n) {
   }
 }
 
+// Each block's sum of exponentials is the canonical sum of its values (the last group of the row zero-padded),
+// added in double in block order: the same bits as the reference.
 template <class V>
 int softmax_stats(const float* x, int n, float t, float close, float* max_out, double* sum_out, int32_t* ids) {
   using R = typename V::reg;
+  constexpr int RL = kSumLanes / V::W;
+  static_assert(kStatsBlock % kSumLanes == 0, "a block holds whole groups of lanes");
   // max(x) / t is the largest quotient: rounding is monotonic
   const float mq = row_max<V>(x, 0, n) / t, lo = mq - close;
   const R vt = V::set1(t), vm = V::set1(mq), vlo = V::set1(lo);
@@ -509,20 +527,28 @@ int softmax_stats(const float* x, int n, float t, float close, float* max_out, d
   int count = 0;
   for (int b = 0; b < n; b += kStatsBlock) {
     const int e = std::min(n, b + kStatsBlock);
-    R acc = V::zero();
+    R acc[RL];
+    for (int r = 0; r < RL; r++) acc[r] = V::zero();
     int j = b;
-    for (; j + V::W <= e; j += V::W) {
-      const R q = V::div(V::load(x + j), vt);
-      acc = V::add(acc, V::exp(V::sub(q, vm)));
-      for (auto bits = V::ge_mask(q, vlo); bits; bits &= bits - 1) ids[count++] = j + __builtin_ctzll(bits);
+    for (; j + kSumLanes <= e; j += kSumLanes) {
+      for (int r = 0; r < RL; r++) {
+        const int o = j + r * V::W;
+        const R q = V::div(V::load(x + o), vt);
+        acc[r] = V::add(acc[r], V::exp(V::sub(q, vm)));
+        for (auto bits = V::ge_mask(q, vlo); bits; bits &= bits - 1) ids[count++] = o + __builtin_ctzll(bits);
+      }
     }
-    float tail = 0;
-    for (; j < e; j++) {
-      const float q = x[j] / t;
-      tail += std::exp(q - mq);
-      if (q >= lo) ids[count++] = j;
+    if (j < e) {  // the last group: exponentials of a zero-padded copy, the lanes past the row then cleared
+      alignas(64) float in[kSumLanes] = {}, ex[kSumLanes];
+      std::memcpy(in, x + j, sizeof(float) * (e - j));
+      for (int r = 0; r < RL; r++)
+        V::store(ex + r * V::W, V::exp(V::sub(V::div(V::load(in + r * V::W), vt), vm)));
+      for (int l = e - j; l < kSumLanes; l++) ex[l] = 0.f;
+      for (int r = 0; r < RL; r++) acc[r] = V::add(acc[r], V::load(ex + r * V::W));
+      for (; j < e; j++)
+        if (x[j] / t >= lo) ids[count++] = j;
     }
-    sum += double(V::hsum(acc)) + double(tail);
+    sum += double(sum_lanes<V>(acc));
   }
   *max_out = mq, *sum_out = sum;
   return count;
@@ -538,24 +564,6 @@ Kernels make_kernels(const char* name) {
                  {glu<V, Activation::Silu>, glu<V, Activation::GeluTanh>},
                  to_f16<V>,
                  softmax_stats<V>};
-}
-
-// exp(x) for a vector, Cephes' polynomial (about 1 ulp on the clamped range). The clamp keeps 2^n normal.
-template <class V>
-inline typename V::reg exp_poly(typename V::reg x) {
-  using R = typename V::reg;
-  x = V::min(V::max(x, V::set1(-87.0f)), V::set1(88.0f));
-  R fx = V::round(V::mul(x, V::set1(1.44269504088896341f)));
-  R r = V::fma(fx, V::set1(-0.693359375f), x);
-  r = V::fma(fx, V::set1(2.12194440e-4f), r);
-  R y = V::set1(1.9875691500E-4f);
-  y = V::fma(y, r, V::set1(1.3981999507E-3f));
-  y = V::fma(y, r, V::set1(8.3334519073E-3f));
-  y = V::fma(y, r, V::set1(4.1665795894E-2f));
-  y = V::fma(y, r, V::set1(1.6666665459E-1f));
-  y = V::fma(y, r, V::set1(5.0000001201E-1f));
-  y = V::fma(y, V::mul(r, r), V::add(r, V::set1(1.f)));
-  return V::mul(y, V::pow2i(fx));
 }
 
 }  // namespace kwker::simd

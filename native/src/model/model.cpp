@@ -74,6 +74,8 @@ Model::Model(const Config& cfg, int n_rope, const float* rope_cos, const float* 
 }
 
 void Model::set_matrix(const std::string& name, const void* data, WType type, int n, int k, const float* bias) {
+  std::lock_guard<std::mutex> lock(mu_);
+  complete_ = false;
   Matrix* m = nullptr;
   int want_n = 0, want_k = 0;
   const int qd = cfg_.n_head * cfg_.head_dim, kvd = cfg_.n_kv_head * cfg_.head_dim;
@@ -124,6 +126,8 @@ void* Model::weight_space(size_t bytes) {
 }
 
 void Model::set_norm(const std::string& name, const float* data, int n) {
+  std::lock_guard<std::mutex> lock(mu_);
+  complete_ = false;
   const bool per_head = name.size() > 7 && (name.compare(name.size() - 7, 7, ".q_norm") == 0 ||
                                             name.compare(name.size() - 7, 7, ".k_norm") == 0);
   if (n != (per_head ? cfg_.head_dim : cfg_.n_embd)) throw std::invalid_argument("norm " + name + " has the wrong size");
@@ -147,7 +151,13 @@ void Model::set_norm(const std::string& name, const float* data, int n) {
   std::memcpy(b->as<float>(), data, sizeof(float) * n);
 }
 
-void Model::check_complete() const {
+void Model::check_complete() {
+  std::lock_guard<std::mutex> lock(mu_);
+  check_complete_locked();
+}
+
+void Model::check_complete_locked() {
+  if (complete_) return;
   auto need = [](bool ok, const std::string& what) {
     if (!ok) throw std::runtime_error("weight not loaded: " + what);
   };
@@ -171,6 +181,7 @@ void Model::check_complete() const {
                          {&L.wup, "up"}, {&L.wdown, "down"}})
       need(m->n > 0, p + nm);
   }
+  complete_ = true;
 }
 
 size_t Model::weight_bytes_per_token() const {
@@ -442,6 +453,8 @@ void Model::attention(int l, const int32_t* slots, const int32_t* positions, int
 
 void Model::step(const int32_t* tokens, const int32_t* slots, const int32_t* positions, int T,
                  const int32_t* out_rows, int R, int32_t* argmax) {
+  std::lock_guard<std::mutex> lock(mu_);
+  check_complete_locked();
   const Config& c = cfg_;
   const Matrix& head = c.tied_embeddings ? embed_ : lm_head_;
   const int group = c.n_head / c.n_kv_head;

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -62,10 +63,13 @@ class Model {
   //       layers.<i>.<attn_norm|q|k|v|o|mlp_norm|gate|up|down|q_norm|k_norm|post_attn_norm|post_mlp_norm>
   void set_matrix(const std::string& name, const void* data, WType type, int n, int k, const float* bias);
   void set_norm(const std::string& name, const float* data, int n);
-  void check_complete() const;  // throws if a weight is missing
+  void check_complete();  // throws std::runtime_error naming a missing weight; else the model can step
 
   // Runs one step over T tokens: token t of sequence slots[t] at position positions[t]. Logits are computed
-  // for the R tokens listed in out_rows (indices into the T tokens), argmax written to argmax[R].
+  // for the R tokens listed in out_rows (indices into the T tokens), argmax written to argmax[R]. Throws
+  // std::runtime_error while a weight is missing. Steps and weight loads are serialised (one mutex): calls from
+  // several threads never share the scratch; the logits a step leaves are valid until the next step, so a caller
+  // that reads them must hold its own lock across the step and the read.
   void step(const int32_t* tokens, const int32_t* slots, const int32_t* positions, int T, const int32_t* out_rows,
             int R, int32_t* argmax);
 
@@ -101,8 +105,12 @@ class Model {
   // unfinished shares). A quantized matrix reads the rows quantize_part wrote.
   void matmul_part(const Matrix& m, const float* x, int rows, int ldx, float* y, int ldy, bool accumulate, int tid);
 
+  void check_complete_locked();
+
   Config cfg_;
   const Kernels* kern_;
+  std::mutex mu_;           // held by step, set_matrix, set_norm and check_complete
+  bool complete_ = false;   // check_complete passed since the last weight was set
   int max_cache_, n_slots_, max_step_, max_rows_;
   int hdp_, ep_, qp_, kvp_, fp_;  // padded strides: head_dim, n_embd, q_dim, kv_dim, n_ff
   ThreadPool pool_;

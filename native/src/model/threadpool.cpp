@@ -1,6 +1,8 @@
 #include "threadpool.h"
 
 #include <chrono>
+#include <stdexcept>
+#include <string>
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -12,15 +14,41 @@
 namespace kwker {
 
 namespace {
+
+// Every thread computes a step in the default floating-point environment (round to nearest even, no
+// flush-to-zero): the caller's thread may have another (torch.set_flush_denormal sets FTZ/DAZ), and the
+// kernels' bits must not depend on which thread, or whose caller, computes a value.
+class DefaultFpEnv {
+ public:
+#if defined(__x86_64__) || defined(__i386__)
+  DefaultFpEnv() : saved_(_mm_getcsr()) { _mm_setcsr(kDefault); }
+  ~DefaultFpEnv() { _mm_setcsr(saved_); }
+
+ private:
+  static constexpr unsigned kDefault = 0x1f80;  // all exceptions masked, round to nearest, no FTZ/DAZ
+  unsigned saved_;
+#endif
+};
+
 // How long an idle worker spins before it sleeps: long enough to bridge the Python work between two steps.
 constexpr auto kSpinTime = std::chrono::milliseconds(2);
 }  // namespace
 
-ThreadPool::ThreadPool(int n_threads) : n_(n_threads < 1 ? 1 : n_threads) {
-  for (int t = 1; t < n_; t++) threads_.emplace_back([this, t] { worker(t); });
+ThreadPool::ThreadPool(int n_threads) : n_(n_threads) {
+  if (n_threads < 1 || n_threads > kMaxThreads)
+    throw std::invalid_argument("threads must be between 1 and " + std::to_string(kMaxThreads) + ", got " +
+                                std::to_string(n_threads));
+  try {
+    for (int t = 1; t < n_; t++) threads_.emplace_back([this, t] { worker(t); });
+  } catch (...) {  // the destructor does not run for a half-built pool: stop the workers that did start
+    stop_and_join();
+    throw;
+  }
 }
 
-ThreadPool::~ThreadPool() {
+ThreadPool::~ThreadPool() { stop_and_join(); }
+
+void ThreadPool::stop_and_join() {
   {
     std::lock_guard<std::mutex> lk(mu_);
     stop_.store(true);
@@ -28,6 +56,7 @@ ThreadPool::~ThreadPool() {
   }
   cv_.notify_all();
   for (auto& th : threads_) th.join();
+  threads_.clear();
 }
 
 void ThreadPool::worker(int tid) {
@@ -44,13 +73,17 @@ void ThreadPool::worker(int tid) {
     }
     seen = epoch_.load(std::memory_order_acquire);
     if (stop_.load()) return;
-    (*job_)(tid);
+    {
+      DefaultFpEnv env;
+      (*job_)(tid);
+    }
     done_.fetch_add(1, std::memory_order_acq_rel);
   }
 }
 
 void ThreadPool::run(const std::function<void(int)>& fn) {
   std::lock_guard<std::mutex> caller(run_mu_);  // one parallel region at a time, whoever calls
+  DefaultFpEnv env;
   if (n_ == 1) {
     fn(0);
     return;

@@ -14,8 +14,14 @@
 
 namespace kwker {
 
+// The most threads a pool takes: more than any CPU this runs on has cores, and few enough that a mistaken count
+// (threads=400) is refused instead of starting hundreds of spinning threads.
+constexpr int kMaxThreads = 256;
+
 class ThreadPool {
  public:
+  // 1 <= n_threads <= kMaxThreads (std::invalid_argument otherwise). If a thread cannot be started, the ones
+  // already started are stopped and joined, and the error (std::system_error) propagates.
   explicit ThreadPool(int n_threads);
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
@@ -33,6 +39,7 @@ class ThreadPool {
 
  private:
   void worker(int tid);
+  void stop_and_join();  // ends every started worker
 
   int n_;
   std::vector<std::thread> threads_;

@@ -1,5 +1,6 @@
-// Kernel entry points for the parity tests: pad the caller's arrays into the layout the kernels read, run one
-// ISA's kernel, and return unpadded results.
+// Kernel entry points for the parity tests (tests/native) and the bench's kernel microbenchmark: pad the caller's
+// arrays into the layout the kernels read, run one ISA's kernel, and return unpadded results. Nothing in the
+// engine calls these.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -11,7 +12,7 @@
 
 #include "../kernels/kernels.h"
 #include "../model/buffer.h"
-#include "../model/roofline.h"
+#include "checks.h"
 
 namespace py = pybind11;
 
@@ -19,7 +20,8 @@ namespace kwker {
 
 namespace {
 
-using F32Array = py::array_t<float, py::array::c_style | py::array::forcecast>;
+using bindings::float_array;
+using bindings::weight_array;
 
 std::vector<float> pad_rows(const float* src, int rows, int cols, int stride) {
   std::vector<float> out(size_t(rows) * stride + kPad, 0.f);
@@ -56,17 +58,15 @@ void run_matmul(const Kernels& kern, WType t, const float* x, const QuantizedRow
 
 // x: [m, k] float32; w: [n, k] float32 or uint16 (bf16 / f16 bits, by wtype). panels: (p0, p1) computes the
 // outputs of panels [p0, p1) only (the others stay 0), as a thread's share does.
-py::array_t<float> kernel_matmul(const std::string& isa, F32Array x, py::array w, int wtype, py::object bias,
-                                 std::pair<int, int> panels) {
+py::array_t<float> kernel_matmul(const std::string& isa, py::object x_arg, py::object w_arg, WType t,
+                                 py::object bias_arg, std::pair<int, int> panels) {
   const Kernels& kern = kernels_select(isa);
-  if (x.ndim() != 2 || w.ndim() != 2 || x.shape(1) != w.shape(1)) throw std::invalid_argument("shape mismatch");
-  const int m = int(x.shape(0)), k = int(x.shape(1)), n = int(w.shape(0)), kp = pad_to(k);
-  if (wtype < 0 || wtype >= kWTypes) throw std::invalid_argument("unknown weight type");
-  const WType t = WType(wtype);
+  const py::array_t<float> x = float_array(x_arg, 2, "x");
+  const py::array wc = weight_array(w_arg, t, "w");
+  if (x.shape(1) != wc.shape(1) || x.shape(0) < 1) throw std::invalid_argument("x and w: shape mismatch");
+  const int m = int(x.shape(0)), k = int(x.shape(1)), n = int(wc.shape(0)), kp = pad_to(k);
+  const py::array_t<float> bias = bindings::bias_array(bias_arg, n, "bias");
   std::vector<float> xp = pad_rows(x.data(), m, k, kp);
-  if (size_t(w.itemsize()) != (wtype_quantized(t) ? 4 : wtype_size(t)))
-    throw std::invalid_argument("weight element size does not match wtype");
-  auto wc = py::array::ensure(w, py::array::c_style);
   std::vector<char> wp(panel_bytes(t, n, k));
   pack_panels(wc.data(), t, n, k, wp.data());
   const int np = pad_to(n, kPanel);
@@ -74,10 +74,9 @@ py::array_t<float> kernel_matmul(const std::string& isa, F32Array x, py::array w
   if (panels.first < 0 || panels.first > panels.second || panels.second > np / kPanel)
     throw std::invalid_argument("panels out of range");
   std::vector<float> b;
-  if (!bias.is_none()) {
-    F32Array ba = bias.cast<F32Array>();
+  if (bias.size()) {
     b.assign(np, 0.f);
-    std::copy(ba.data(), ba.data() + n, b.begin());
+    std::copy(bias.data(), bias.data() + n, b.begin());
   }
   std::vector<float> yp(size_t(m) * np);
   {
@@ -92,10 +91,10 @@ py::array_t<float> kernel_matmul(const std::string& isa, F32Array x, py::array w
 
 // Best seconds of one single-threaded matmul call of m rows against an [n, k] matrix of random weights (a kernel
 // microbenchmark: weights packed once, activations quantized once, as in a model step).
-double kernel_matmul_seconds(const std::string& isa, int m, int n, int k, int wtype, int repeats) {
+double kernel_matmul_seconds(const std::string& isa, int m, int n, int k, WType t, int repeats) {
   const Kernels& kern = kernels_select(isa);
-  if (wtype < 0 || wtype >= kWTypes || m < 1 || n < 1 || k < 1 || repeats < 1) throw std::invalid_argument("bad sizes");
-  const WType t = WType(wtype);
+  if (m < 1 || n < 1 || k < 1 || repeats < 1 || m > 4096 || n > (1 << 20) || k > (1 << 16))
+    throw std::invalid_argument("sizes must be positive (m <= 4096, n <= 2^20, k <= 2^16)");
   const int kp = pad_to(k), np = pad_to(n, kPanel);
   uint32_t state = 12345;
   auto rnd = [&] { state = state * 1664525u + 1013904223u; return float(int(state >> 9) - (1 << 22)) / (1 << 22); };
@@ -129,8 +128,8 @@ double kernel_matmul_seconds(const std::string& isa, int m, int n, int k, int wt
 }
 
 // x [m, k] as the quantized kernels see it: each row quantized per block of kQBlock to int8 and dequantized.
-py::array_t<float> kernel_quantized_activations(F32Array x) {
-  if (x.ndim() != 2) throw std::invalid_argument("x must be 2-D");
+py::array_t<float> kernel_quantized_activations(py::object x_arg) {
+  const py::array_t<float> x = float_array(x_arg, 2, "x");
   const int m = int(x.shape(0)), k = int(x.shape(1)), kp = pad_to(k), nb = kp / kQBlock;
   const QuantizedRows qx(pad_rows(x.data(), m, k, kp).data(), m, kp);
   py::array_t<float> out({m, k});
@@ -141,22 +140,21 @@ py::array_t<float> kernel_quantized_activations(F32Array x) {
 }
 
 // x [m, k] quantized per row and block by the ISA's kernel: (q [m, kp] int8, d and dsum [m, kp / kQBlock]).
-py::tuple kernel_quantize(const std::string& isa, F32Array x) {
-  if (x.ndim() != 2) throw std::invalid_argument("x must be 2-D");
+py::tuple kernel_quantize(const std::string& isa, py::object x_arg) {
+  const Kernels& kern = kernels_select(isa);
+  const py::array_t<float> x = float_array(x_arg, 2, "x");
   const int m = int(x.shape(0)), k = int(x.shape(1)), kp = pad_to(k), nb = kp / kQBlock;
   const std::vector<float> xp = pad_rows(x.data(), m, k, kp);
   py::array_t<int8_t> q({m, kp});
   py::array_t<float> d({m, nb}), dsum({m, nb});
-  kernels_select(isa).quantize(xp.data(), m, kp, kp, q.mutable_data(), d.mutable_data(), dsum.mutable_data());
+  kern.quantize(xp.data(), m, kp, kp, q.mutable_data(), d.mutable_data(), dsum.mutable_data());
   return py::make_tuple(q, d, dsum);
 }
 
 // The weights [n, k] as the kernels see them after packing (and quantizing) to wtype.
-py::array_t<float> kernel_weights(py::array w, int wtype) {
-  if (w.ndim() != 2 || wtype < 0 || wtype >= kWTypes) throw std::invalid_argument("bad weight array or type");
-  const WType t = WType(wtype);
-  const int n = int(w.shape(0)), k = int(w.shape(1)), kp = pad_to(k);
-  auto wc = py::array::ensure(w, py::array::c_style);
+py::array_t<float> kernel_weights(py::object w_arg, WType t) {
+  const py::array wc = weight_array(w_arg, t, "w");
+  const int n = int(wc.shape(0)), k = int(wc.shape(1)), kp = pad_to(k);
   std::vector<char> packed(panel_bytes(t, n, k));
   pack_panels(wc.data(), t, n, k, packed.data());
   py::array_t<float> out({n, k});
@@ -171,20 +169,24 @@ py::array_t<float> kernel_weights(py::array w, int wtype) {
 // even).
 // panels_per_part > 0: the call made by its parts (AttendPartFn), the key panels cut every panels_per_part and
 // visited last to first, the rows one at a time, the columns kAttendColumns at a time.
-py::array_t<float> kernel_attend(const std::string& isa, F32Array q, F32Array k, F32Array v, float scale,
-                                 py::object first_arg, bool kv_f16, std::vector<int> ends, int panels_per_part) {
+py::array_t<float> kernel_attend(const std::string& isa, py::object q_arg, py::object k_arg, py::object v_arg,
+                                 float scale, py::object first_arg, bool kv_f16, std::vector<int> ends,
+                                 int panels_per_part) {
   const Kernels& kern = kernels_select(isa);
+  const py::array_t<float> q = float_array(q_arg, 2, "q"), k = float_array(k_arg, 2, "k"), v = float_array(v_arg, 2, "v");
   std::vector<int> first = py::isinstance<py::int_>(first_arg) ? std::vector<int>{first_arg.cast<int>()}
                                                                 : first_arg.cast<std::vector<int>>();
   const int rows = int(q.shape(0)), n = int(k.shape(0)), hd = int(k.shape(1)), hdp = pad_to(hd);
+  if (n < 1 || hd < 1 || hd > 4096) throw std::invalid_argument("k must hold 1 or more keys of 1..4096 dims");
   if (ends.empty()) ends.push_back(n);
   const int nt = int(ends.size()), g = rows / nt;
   if (first.size() == 1) first.assign(nt, first[0]);
-  if (q.ndim() != 2 || q.shape(1) != hd || v.shape(0) != n || v.shape(1) != hd || g < 1 || g * nt != rows ||
+  if (q.shape(1) != hd || v.shape(0) != n || v.shape(1) != hd || g < 1 || g * nt != rows ||
       g > kMaxAttendHeads || rows > kMaxAttendRows || int(first.size()) != nt)
     throw std::invalid_argument("shape mismatch");
   for (int t = 0; t < nt; t++)
     if (first[t] < 0 || first[t] >= ends[t] || ends[t] > n) throw std::invalid_argument("need 0 <= first < end <= n");
+  if (panels_per_part < 0) throw std::invalid_argument("panels_per_part must be >= 0");
   std::vector<float> qp = pad_rows(q.data(), rows, hd, hdp), vp = pad_rows(v.data(), n, hd, hdp);
   std::vector<float> kp(size_t(pad_to(n, kPanel)) * hdp, 0.f), scores(size_t(rows) * pad_to(n)),
       out(size_t(rows) * hdp);
@@ -221,39 +223,37 @@ py::array_t<float> kernel_attend(const std::string& isa, F32Array q, F32Array k,
 }
 
 // x as fp16 bits, by the ISA's conversion (the one that writes the KV cache)
-py::array_t<uint16_t> kernel_to_f16(const std::string& isa, F32Array x) {
+py::array_t<uint16_t> kernel_to_f16(const std::string& isa, py::object x_arg) {
   const Kernels& kern = kernels_select(isa);
+  const py::array_t<float> x = float_array(x_arg, 1, "x");
   py::array_t<uint16_t> out(x.size());
   kern.to_f16(x.data(), out.mutable_data(), int(x.size()));
   return out;
 }
 
-py::array_t<float> kernel_glu(const std::string& isa, F32Array gate, F32Array up, int activation) {
+py::array_t<float> kernel_glu(const std::string& isa, py::object gate_arg, py::object up_arg, Activation act) {
   const Kernels& kern = kernels_select(isa);
-  if (activation < 0 || activation >= kActivations) throw std::invalid_argument("unknown activation");
+  const py::array_t<float> gate = float_array(gate_arg, 1, "gate"), up = float_array(up_arg, 1, "up");
   const int n = int(gate.size()), np = pad_to(n);
-  if (up.size() != n) throw std::invalid_argument("shape mismatch");
+  if (up.size() != n) throw std::invalid_argument("gate and up differ in length");
   std::vector<float> g = pad_rows(gate.data(), 1, n, np), u = pad_rows(up.data(), 1, n, np), o(np);
-  kern.glu[activation](g.data(), u.data(), o.data(), np);
+  kern.glu[int(act)](g.data(), u.data(), o.data(), np);
   py::array_t<float> r(n);
   std::memcpy(r.mutable_data(), o.data(), sizeof(float) * n);
   return r;
 }
 
-py::tuple softmax_stats(const std::string& isa, F32Array x, float t, float close) {
+// softmax_stats on one ISA's kernel (the sampler's own entry, in register_sampler.cpp, uses the process's).
+py::tuple kernel_softmax_stats(const std::string& isa, py::object x_arg, float t, float close) {
   const Kernels& kern = kernels_select(isa);
-  if (x.ndim() != 1 || x.size() == 0) throw std::invalid_argument("softmax_stats takes a non-empty 1-D row");
+  const py::array_t<float> x = float_array(x_arg, 1, "x");
+  if (x.size() == 0) throw std::invalid_argument("softmax_stats takes a non-empty row");
   if (!(t > 0)) throw std::invalid_argument("the temperature must be positive");
   const int n = int(x.size());
-  thread_local std::vector<int32_t> ids;  // kept: a fresh vocabulary-sized buffer is page faults on every call
-  if (ids.size() < size_t(n)) ids.resize(n);
+  std::vector<int32_t> ids(n);
   float mx;
   double sum;
-  int count;
-  {
-    py::gil_scoped_release release;
-    count = kern.softmax_stats(x.data(), n, t, close, &mx, &sum, ids.data());
-  }
+  const int count = kern.softmax_stats(x.data(), n, t, close, &mx, &sum, ids.data());
   py::array_t<int64_t> out(count);
   std::copy(ids.begin(), ids.begin() + count, out.mutable_data());
   return py::make_tuple(mx, sum, out);
@@ -261,30 +261,7 @@ py::tuple softmax_stats(const std::string& isa, F32Array x, float t, float close
 
 }  // namespace
 
-void register_kernels(py::module_& m) {
-  m.def("isa_supported", &isa_supported, py::arg("isa"), "Whether this CPU runs the given ISA's kernels.");
-  m.def("isa_best", &isa_best, "The best ISA this CPU runs.");
-  m.def(
-      "measure_read_bandwidth",
-      [](size_t bytes, int threads, int repeats) {
-        py::gil_scoped_release release;
-        return measure_read_bandwidth(bytes, threads, repeats);
-      },
-      py::arg("bytes"), py::arg("threads"), py::arg("repeats") = 8, "Best read GB/s over a buffer of `bytes`.");
-  m.def(
-      "measure_fma_peak",
-      [](int threads) {
-        py::gil_scoped_release release;
-        return measure_fma_peak(threads);
-      },
-      py::arg("threads"), "Best float32 FMA GFLOP/s (AVX2, 12 accumulators in registers).");
-  m.def(
-      "measure_int8_peak",
-      [](int threads) {
-        py::gil_scoped_release release;
-        return measure_int8_peak(threads);
-      },
-      py::arg("threads"), "Best int8 (u8 x s8) G multiply-accumulates/s: AVX2 vpmaddubsw or AVX-512 VNNI vpdpbusd.");
+void register_kernel_tests(py::module_& m) {
   m.def("kernel_matmul", &kernel_matmul, py::arg("isa"), py::arg("x"), py::arg("w"), py::arg("wtype"),
         py::arg("bias") = py::none(), py::arg("panels") = std::make_pair(0, -1));
   m.def("kernel_matmul_seconds", &kernel_matmul_seconds, py::arg("isa"), py::arg("m"), py::arg("n"), py::arg("k"),
@@ -296,10 +273,10 @@ void register_kernels(py::module_& m) {
         py::arg("first") = 0, py::arg("kv_f16") = false, py::arg("ends") = std::vector<int>{},
         py::arg("panels_per_part") = 0);
   m.def("kernel_to_f16", &kernel_to_f16, py::arg("isa"), py::arg("x"));
-  m.def("softmax_stats", &softmax_stats, py::arg("isa"), py::arg("x"), py::arg("temperature"), py::arg("close"),
-        "(max q, sum of exp(q - max q), ids of the q >= max q - close) for q = x / temperature (float32)");
-  m.def("kernel_glu", &kernel_glu, py::arg("isa"), py::arg("gate"), py::arg("up"), py::arg("activation") = 0,
-        "act(gate) * up; activation 0: silu, 1: gelu_pytorch_tanh");
+  m.def("kernel_softmax_stats", &kernel_softmax_stats, py::arg("isa"), py::arg("x"), py::arg("temperature"),
+        py::arg("close"));
+  m.def("kernel_glu", &kernel_glu, py::arg("isa"), py::arg("gate"), py::arg("up"),
+        py::arg("activation") = Activation::Silu, "act(gate) * up");
 }
 
 }  // namespace kwker

@@ -1,0 +1,75 @@
+// The two computations whose order every ISA must share for a token to get the same bits on every CPU: the
+// exponential and the sum of a row. Both are written once over a vector-traits class V (simd_kernels.h) and
+// instantiated for the SIMD registers and, with ScalarOps, for the portable reference kernels, so that generic,
+// AVX2 and AVX-512 perform the same float operations in the same order whatever their register width.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+namespace kwker {
+
+// Sums are taken over kSumLanes lanes: lane l adds s[16 i + l] for i = 0, 1, ... in order, starting from +0
+// (a missing element of the last group counts as +0), and the lanes are then combined by a fixed tree:
+// l[i] + l[i + 8], then + [i + 4], + [i + 2], + [i + 1]. An AVX-512 register holds the 16 lanes, AVX2 two
+// registers of 8, the reference 16 floats.
+constexpr int kSumLanes = 16;
+
+// One float as a "register" of width 1, with the semantics of the SIMD instructions (max/min as MAXPS/MINPS,
+// round to nearest even as ROUNDPS in the default mode, fma fused).
+struct ScalarOps {
+  using reg = float;
+  static constexpr int W = 1;
+  static float set1(float a) { return a; }
+  static float add(float a, float b) { return a + b; }
+  static float sub(float a, float b) { return a - b; }
+  static float mul(float a, float b) { return a * b; }
+  static float fma(float a, float b, float c) { return std::fma(a, b, c); }
+  static float max(float a, float b) { return a > b ? a : b; }
+  static float min(float a, float b) { return a < b ? a : b; }
+  static float round(float a) { return std::nearbyint(a); }
+  static float pow2i(float n) {  // 2^n for integral n in [-126, 127]
+    const uint32_t bits = uint32_t(int32_t(n) + 127) << 23;
+    float f;
+    std::memcpy(&f, &bits, 4);
+    return f;
+  }
+};
+
+namespace simd {
+
+// exp(x), Cephes' polynomial (about 1 ulp on the clamped range). The clamp keeps 2^n normal.
+template <class V>
+inline typename V::reg exp_poly(typename V::reg x) {
+  using R = typename V::reg;
+  x = V::min(V::max(x, V::set1(-87.0f)), V::set1(88.0f));
+  R fx = V::round(V::mul(x, V::set1(1.44269504088896341f)));
+  R r = V::fma(fx, V::set1(-0.693359375f), x);
+  r = V::fma(fx, V::set1(2.12194440e-4f), r);
+  R y = V::set1(1.9875691500E-4f);
+  y = V::fma(y, r, V::set1(1.3981999507E-3f));
+  y = V::fma(y, r, V::set1(8.3334519073E-3f));
+  y = V::fma(y, r, V::set1(4.1665795894E-2f));
+  y = V::fma(y, r, V::set1(1.6666665459E-1f));
+  y = V::fma(y, r, V::set1(5.0000001201E-1f));
+  y = V::fma(y, V::mul(r, r), V::add(r, V::set1(1.f)));
+  return V::mul(y, V::pow2i(fx));
+}
+
+}  // namespace simd
+
+// The reference's exponential: the same polynomial, one value at a time.
+inline float exp_canonical(float x) { return simd::exp_poly<ScalarOps>(x); }
+
+// The canonical sum of s[0..n) (kSumLanes, above), one value at a time.
+inline float sum_canonical(const float* s, int n) {
+  float lane[kSumLanes] = {};
+  for (int i = 0; i < n; i += kSumLanes)
+    for (int l = 0; l < kSumLanes; l++) lane[l] += i + l < n ? s[i + l] : 0.f;
+  for (int half = kSumLanes / 2; half >= 1; half /= 2)
+    for (int l = 0; l < half; l++) lane[l] = lane[l] + lane[l + half];
+  return lane[0];
+}
+
+}  // namespace kwker
