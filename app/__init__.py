@@ -7,7 +7,9 @@ import sys
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="kwker-chat", description="Chat with a local model, fast.")
+    parser = argparse.ArgumentParser(
+        prog="kwker-chat", description="Chat with a local model, fast."
+    )
     parser.add_argument("--model", default=None, help="a hub id, a local folder or a .gguf file")
     args = parser.parse_args(argv)
 

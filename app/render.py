@@ -14,14 +14,18 @@ _CODE = re.compile(r"<pre><code( class=\"[^\"]*\")?>(.*?)</code></pre>", re.S)
 
 def markdown_html(text: str, code_blocks: list[str]) -> str:
     """HTML of text; each code block gets a Copy link (copy-code:N) and its source is appended to code_blocks."""
+
     def block(m):
         code = html.unescape(m.group(2))
         code_blocks.append(code)
         lang = (m.group(1) or "").replace(' class="language-', "").rstrip('"')
         head = f'<span class="lang">{html.escape(lang)}</span> ' if lang else ""
-        return (f'<table class="code" width="100%" cellspacing="0" cellpadding="6"><tr><td class="codehead">{head}'
-                f'<a href="copy-code:{len(code_blocks) - 1}">Copy</a></td></tr><tr><td class="codebody"><pre>'
-                f'{m.group(2)}</pre></td></tr></table>')
+        return (
+            f'<table class="code" width="100%" cellspacing="0" cellpadding="6"><tr><td class="codehead">{head}'
+            f'<a href="copy-code:{len(code_blocks) - 1}">Copy</a></td></tr><tr><td class="codebody"><pre>'
+            f"{m.group(2)}</pre></td></tr></table>"
+        )
+
     return _CODE.sub(block, _md.render(text))
 
 
@@ -40,5 +44,7 @@ def message_html(index: int, role: str, body_html: str, editable: bool, note: st
         links.append(f'<a href="edit-msg:{index}">Edit</a>')
     who = {"user": "You", "assistant": "Assistant", "system": "System"}.get(role, role)
     note_html = f' <span class="note">{html.escape(note)}</span>' if note else ""
-    return (f'<div class="msg {role}"><p class="who"><b>{who}</b>{note_html} &nbsp; '
-            f'<span class="links">{" · ".join(links)}</span></p>{body_html}</div>')
+    return (
+        f'<div class="msg {role}"><p class="who"><b>{who}</b>{note_html} &nbsp; '
+        f'<span class="links">{" · ".join(links)}</span></p>{body_html}</div>'
+    )

@@ -5,10 +5,11 @@ from __future__ import annotations
 import torch
 
 from kwker.models import DEFAULT_MODEL
+from kwker.precision import AUTO
 
 DEFAULTS = {
     "model": DEFAULT_MODEL,
-    "precision": "auto",  # the model's own dtype
+    "precision": AUTO,
     "draft_model": "",
     "lookup": True,
     "lookup_tokens": 8,
@@ -27,8 +28,18 @@ DEFAULTS = {
 }
 
 # What a conversation may set for itself (the rest belongs to the app: the loaded model and how it runs).
-PER_CONVERSATION = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty", "seed", "max_new_tokens",
-                    "system_prompt", "lookup", "lookup_tokens")
+PER_CONVERSATION = (
+    "temperature",
+    "top_p",
+    "top_k",
+    "min_p",
+    "repetition_penalty",
+    "seed",
+    "max_new_tokens",
+    "system_prompt",
+    "lookup",
+    "lookup_tokens",
+)
 
 # Changing these reloads the model.
 LOAD_KEYS = ("model", "precision", "draft_model", "context_length", "threads")

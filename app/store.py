@@ -77,7 +77,9 @@ class Store:
     def migrate(self) -> None:
         version = self.version
         if version > SCHEMA_VERSION:
-            raise RuntimeError(f"{self.path} was written by a newer Kwker (schema {version} > {SCHEMA_VERSION})")
+            raise RuntimeError(
+                f"{self.path} was written by a newer Kwker (schema {version} > {SCHEMA_VERSION})"
+            )
         for i in range(version, SCHEMA_VERSION):
             with self.db:
                 self.db.execute("BEGIN")
@@ -90,8 +92,10 @@ class Store:
     def new_conversation(self, title: str = "New chat") -> Conversation:
         now = time.time()
         with self.db:
-            cur = self.db.execute("INSERT INTO conversations (title, created, updated) VALUES (?, ?, ?)",
-                                  (title, now, now))
+            cur = self.db.execute(
+                "INSERT INTO conversations (title, created, updated) VALUES (?, ?, ?)",
+                (title, now, now),
+            )
         return Conversation(cur.lastrowid, title, now)
 
     def conversations(self, search: str = "") -> list[Conversation]:
@@ -99,13 +103,15 @@ class Store:
         query = "SELECT id, title, updated, overrides FROM conversations"
         args: tuple = ()
         if search:
-            query += (" WHERE title LIKE ? OR id IN (SELECT conversation_id FROM messages WHERE content LIKE ?)")
+            query += " WHERE title LIKE ? OR id IN (SELECT conversation_id FROM messages WHERE content LIKE ?)"
             args = (f"%{search}%", f"%{search}%")
         rows = self.db.execute(query + " ORDER BY updated DESC, id DESC", args).fetchall()
         return [Conversation(r[0], r[1], r[2], json.loads(r[3])) for r in rows]
 
     def conversation(self, cid: int) -> Conversation:
-        r = self.db.execute("SELECT id, title, updated, overrides FROM conversations WHERE id = ?", (cid,)).fetchone()
+        r = self.db.execute(
+            "SELECT id, title, updated, overrides FROM conversations WHERE id = ?", (cid,)
+        ).fetchone()
         if r is None:
             raise KeyError(cid)
         return Conversation(r[0], r[1], r[2], json.loads(r[3]))
@@ -120,23 +126,33 @@ class Store:
 
     def set_overrides(self, cid: int, overrides: dict) -> None:
         with self.db:
-            self.db.execute("UPDATE conversations SET overrides = ? WHERE id = ?", (json.dumps(overrides), cid))
+            self.db.execute(
+                "UPDATE conversations SET overrides = ? WHERE id = ?", (json.dumps(overrides), cid)
+            )
 
     # ---------------------------------------------------------------------------------------------- messages
     def messages(self, cid: int) -> list[Message]:
-        rows = self.db.execute("SELECT id, role, content, stats, complete FROM messages WHERE conversation_id = ? "
-                               "ORDER BY id", (cid,)).fetchall()
+        rows = self.db.execute(
+            "SELECT id, role, content, stats, complete FROM messages WHERE conversation_id = ? "
+            "ORDER BY id",
+            (cid,),
+        ).fetchall()
         return [Message(r[0], r[1], r[2], json.loads(r[3]), bool(r[4])) for r in rows]
 
     def add_message(self, cid: int, role: str, content: str, complete: bool = True) -> Message:
         now = time.time()
         with self.db:
-            cur = self.db.execute("INSERT INTO messages (conversation_id, role, content, created, complete) "
-                                  "VALUES (?, ?, ?, ?, ?)", (cid, role, content, now, int(complete)))
+            cur = self.db.execute(
+                "INSERT INTO messages (conversation_id, role, content, created, complete) "
+                "VALUES (?, ?, ?, ?, ?)",
+                (cid, role, content, now, int(complete)),
+            )
             self.db.execute("UPDATE conversations SET updated = ? WHERE id = ?", (now, cid))
         return Message(cur.lastrowid, role, content, {}, complete)
 
-    def update_message(self, mid: int, content: str, stats: dict | None = None, complete: bool | None = None):
+    def update_message(
+        self, mid: int, content: str, stats: dict | None = None, complete: bool | None = None
+    ):
         """One transaction per call: the streamed answer is saved as it grows."""
         sets, args = ["content = ?"], [content]
         if stats is not None:
@@ -152,7 +168,9 @@ class Store:
         """Deletes the messages after `mid` (and mid itself unless keep): regenerate and edit start from there."""
         op = ">" if keep else ">="
         with self.db:
-            self.db.execute(f"DELETE FROM messages WHERE conversation_id = ? AND id {op} ?", (cid, mid))
+            self.db.execute(
+                f"DELETE FROM messages WHERE conversation_id = ? AND id {op} ?", (cid, mid)
+            )
 
     # ---------------------------------------------------------------------------------------------- settings
     def settings(self) -> dict:
@@ -160,8 +178,11 @@ class Store:
 
     def save_settings(self, values: dict) -> None:
         with self.db:
-            self.db.executemany("INSERT INTO settings (key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET "
-                                "value = excluded.value", [(k, json.dumps(v)) for k, v in values.items()])
+            self.db.executemany(
+                "INSERT INTO settings (key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET "
+                "value = excluded.value",
+                [(k, json.dumps(v)) for k, v in values.items()],
+            )
 
     # ------------------------------------------------------------------------------------------------ export
     def export_markdown(self, cid: int) -> str:
@@ -173,6 +194,11 @@ class Store:
 
     def export_json(self, cid: int) -> str:
         conv = self.conversation(cid)
-        return json.dumps({"title": conv.title, "messages": [{"role": m.role, "content": m.content}
-                                                            for m in self.messages(cid)]}, indent=2,
-                          ensure_ascii=False)
+        return json.dumps(
+            {
+                "title": conv.title,
+                "messages": [{"role": m.role, "content": m.content} for m in self.messages(cid)],
+            },
+            indent=2,
+            ensure_ascii=False,
+        )

@@ -6,12 +6,34 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor, QGuiApplication, QPalette
 from PySide6.QtWidgets import QApplication
 
-LIGHT = {"window": "#f6f7f9", "base": "#ffffff", "text": "#1d2126", "muted": "#6b7380", "accent": "#2f6fde",
-         "user": "#e8f0fe", "assistant": "#ffffff", "code": "#f1f3f5", "codehead": "#e3e6ea", "border": "#d8dce2",
-         "lookup": "#fff1b8", "draft": "#d7f5dd"}
-DARK = {"window": "#1e2126", "base": "#25292f", "text": "#e6e8eb", "muted": "#9aa3ad", "accent": "#6ea1ff",
-        "user": "#2c3a52", "assistant": "#25292f", "code": "#1b1e22", "codehead": "#30353c", "border": "#3a4048",
-        "lookup": "#5c4d12", "draft": "#1f4d2a"}
+LIGHT = {
+    "window": "#f6f7f9",
+    "base": "#ffffff",
+    "text": "#1d2126",
+    "muted": "#6b7380",
+    "accent": "#2f6fde",
+    "user": "#e8f0fe",
+    "assistant": "#ffffff",
+    "code": "#f1f3f5",
+    "codehead": "#e3e6ea",
+    "border": "#d8dce2",
+    "lookup": "#fff1b8",
+    "draft": "#d7f5dd",
+}
+DARK = {
+    "window": "#1e2126",
+    "base": "#25292f",
+    "text": "#e6e8eb",
+    "muted": "#9aa3ad",
+    "accent": "#6ea1ff",
+    "user": "#2c3a52",
+    "assistant": "#25292f",
+    "code": "#1b1e22",
+    "codehead": "#30353c",
+    "border": "#3a4048",
+    "lookup": "#5c4d12",
+    "draft": "#1f4d2a",
+}
 
 
 def system_is_dark() -> bool:
@@ -28,20 +50,30 @@ def apply(app: QApplication, theme: str) -> dict:
     c = colors_for(theme)
     app.setStyle("Fusion")
     pal = QPalette()
-    for role, key in ((QPalette.Window, "window"), (QPalette.Base, "base"), (QPalette.AlternateBase, "window"),
-                      (QPalette.Text, "text"), (QPalette.WindowText, "text"), (QPalette.ButtonText, "text"),
-                      (QPalette.Button, "base"), (QPalette.Highlight, "accent"), (QPalette.ToolTipBase, "base"),
-                      (QPalette.ToolTipText, "text"), (QPalette.PlaceholderText, "muted"), (QPalette.Link, "accent")):
+    for role, key in (
+        (QPalette.Window, "window"),
+        (QPalette.Base, "base"),
+        (QPalette.AlternateBase, "window"),
+        (QPalette.Text, "text"),
+        (QPalette.WindowText, "text"),
+        (QPalette.ButtonText, "text"),
+        (QPalette.Button, "base"),
+        (QPalette.Highlight, "accent"),
+        (QPalette.ToolTipBase, "base"),
+        (QPalette.ToolTipText, "text"),
+        (QPalette.PlaceholderText, "muted"),
+        (QPalette.Link, "accent"),
+    ):
         pal.setColor(role, QColor(c[key]))
     pal.setColor(QPalette.HighlightedText, QColor("#ffffff"))
     app.setPalette(pal)
     app.setStyleSheet(f"""
         QListView, QPlainTextEdit, QTextBrowser, QLineEdit, QSpinBox, QDoubleSpinBox, QComboBox {{
-            border: 1px solid {c['border']}; border-radius: 6px; padding: 4px; }}
-        QPushButton {{ border: 1px solid {c['border']}; border-radius: 6px; padding: 6px 12px; }}
-        QPushButton#send {{ background: {c['accent']}; color: white; border: none; font-weight: bold; }}
+            border: 1px solid {c["border"]}; border-radius: 6px; padding: 4px; }}
+        QPushButton {{ border: 1px solid {c["border"]}; border-radius: 6px; padding: 6px 12px; }}
+        QPushButton#send {{ background: {c["accent"]}; color: white; border: none; font-weight: bold; }}
         QPushButton#send[stop="true"] {{ background: #d9534f; }}
-        QLabel#muted {{ color: {c['muted']}; }}
+        QLabel#muted {{ color: {c["muted"]}; }}
         QLabel#big {{ font-size: 20px; font-weight: bold; }}
     """)
     return c
@@ -49,13 +81,13 @@ def apply(app: QApplication, theme: str) -> dict:
 
 def chat_css(c: dict) -> str:
     return f"""
-    body {{ color: {c['text']}; }}
-    a {{ color: {c['accent']}; text-decoration: none; }}
+    body {{ color: {c["text"]}; }}
+    a {{ color: {c["accent"]}; text-decoration: none; }}
     .who {{ margin: 0; }}
-    .note, .links, .lang {{ color: {c['muted']}; font-size: small; }}
+    .note, .links, .lang {{ color: {c["muted"]}; font-size: small; }}
     div.msg {{ margin-bottom: 14px; }}
-    table.code {{ background: {c['code']}; border: 1px solid {c['border']}; margin: 6px 0; }}
-    td.codehead {{ background: {c['codehead']}; font-size: small; }}
+    table.code {{ background: {c["code"]}; border: 1px solid {c["border"]}; margin: 6px 0; }}
+    td.codehead {{ background: {c["codehead"]}; font-size: small; }}
     pre {{ font-family: monospace; margin: 0; white-space: pre-wrap; }}
-    code {{ font-family: monospace; background: {c['code']}; }}
+    code {{ font-family: monospace; background: {c["code"]}; }}
     """

@@ -16,9 +16,13 @@ REFERENCE_PROMPT = "Count from one to twenty in words."
 
 class GenerationWorker(QObject):
     loading = Signal(str)  # progress message
-    loaded = Signal(dict)  # model info: name, precision, isa, threads, reference tokens/s, has_draft
+    loaded = Signal(
+        dict
+    )  # model info: name, precision, isa, threads, reference tokens/s, has_draft
     load_failed = Signal(str)
-    chunk = Signal(str, int, str, dict)  # text piece, token id, source ("" / "lookup" / "draft"), stats
+    chunk = Signal(
+        str, int, str, dict
+    )  # text piece, token id, source ("" / "lookup" / "draft"), stats
     finished = Signal(str, dict)  # finish reason ("eos", "length", "stopped"), final stats
     failed = Signal(str)
 
@@ -37,39 +41,54 @@ class GenerationWorker(QObject):
     @Slot(dict)
     def load(self, opts: dict) -> None:
         from kwker.decode import KwkDecoder, runner_unsupported, trim_memory
-        from kwker.speculative import DRAFT_PRECISION
         from kwker.models import load_model
+        from kwker.precision import DRAFT, canonical
 
         try:
             # Dropping the references frees the previous decoders' memory (they hold no reference cycles). No
             # gc.collect() here: a collection on this thread can destroy Qt objects of the GUI thread that sit in
             # garbage cycles, which crashed the process (seen in CI, in the app tests).
             self.decoder = self.draft = None
-            precision = None if opts["precision"] == "auto" else opts["precision"]
+            precision = canonical(opts["precision"])  # None: the model's own
             threads = opts["threads"] or None
             model, tokenizer = load_model(opts["model"], progress=self.loading.emit)
             reason = runner_unsupported(model, int(opts["context_length"]))
             if reason:
                 raise ValueError(f"{opts['model']} cannot run here: {reason}")
             self.loading.emit(f"preparing {opts['model']} ({opts['precision']})")
-            decoder = KwkDecoder(model, max_cache_len=int(opts["context_length"]), precision=precision,
-                                 threads=threads, tokenizer=tokenizer)
+            decoder = KwkDecoder(
+                model,
+                max_cache_len=int(opts["context_length"]),
+                precision=precision,
+                threads=threads,
+                tokenizer=tokenizer,
+            )
             del model
             draft = None
             if opts.get("draft_model"):
                 self.loading.emit(f"loading draft {opts['draft_model']}")
                 dmodel, dtok = load_model(opts["draft_model"], progress=self.loading.emit)
-                draft = KwkDecoder(dmodel, max_cache_len=int(opts["context_length"]), precision=DRAFT_PRECISION,
-                                   threads=threads, tokenizer=dtok)
+                draft = KwkDecoder(
+                    dmodel,
+                    max_cache_len=int(opts["context_length"]),
+                    precision=DRAFT,
+                    threads=threads,
+                    tokenizer=dtok,
+                )
                 del dmodel
                 decoder.check_draft(draft)
             trim_memory()  # the float weights just let go
             self.decoder, self.draft, self.tokenizer = decoder, draft, tokenizer
             self.loading.emit("measuring plain decoding speed")
-            self.info = {"model": opts["model"], "precision": decoder.precision, "isa": decoder.isa,
-                         "threads": decoder.threads, "reference_tokens_per_s": self._reference_rate(),
-                         "draft": opts.get("draft_model") or "",
-                         "chat_template": bool(getattr(tokenizer, "chat_template", None))}
+            self.info = {
+                "model": opts["model"],
+                "precision": decoder.precision,
+                "isa": decoder.isa,
+                "threads": decoder.threads,
+                "reference_tokens_per_s": self._reference_rate(),
+                "draft": opts.get("draft_model") or "",
+                "chat_template": bool(getattr(tokenizer, "chat_template", None)),
+            }
             self.loaded.emit(self.info)
         except Exception as e:  # noqa: BLE001  (any load failure is reported in the window)
             traceback.print_exc()
@@ -88,8 +107,11 @@ class GenerationWorker(QObject):
 
     def _prompt_ids(self, messages: list[dict]) -> list[int]:
         if getattr(self.tokenizer, "chat_template", None):
-            return list(self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True,
-                                                           return_dict=True)["input_ids"])
+            return list(
+                self.tokenizer.apply_chat_template(
+                    messages, add_generation_prompt=True, tokenize=True, return_dict=True
+                )["input_ids"]
+            )
         text = "\n\n".join(m["content"] for m in messages) + "\n\n"
         return self.tokenizer(text)["input_ids"]
 
@@ -105,13 +127,16 @@ class GenerationWorker(QObject):
             ids = self._prompt_ids(convo)
             room = self.decoder.max_cache_len - len(ids)
             if room < 1:
-                raise ValueError(f"the conversation ({len(ids)} tokens) no longer fits the context of "
-                                 f"{self.decoder.max_cache_len} tokens: start a new chat or raise the context length")
+                raise ValueError(
+                    f"the conversation ({len(ids)} tokens) no longer fits the context of "
+                    f"{self.decoder.max_cache_len} tokens: start a new chat or raise the context length"
+                )
             opts = generation_options(settings)
             if self.draft is not None:
                 opts["draft"] = self.draft
-            stream = self.decoder.stream_generate(ids, min(int(settings["max_new_tokens"]), room),
-                                                  tokenizer=self.tokenizer, **opts)
+            stream = self.decoder.stream_generate(
+                ids, min(int(settings["max_new_tokens"]), room), tokenizer=self.tokenizer, **opts
+            )
             reason, stats = "stopped", None
             t0 = time.perf_counter()
             for c in stream:
@@ -130,7 +155,16 @@ class GenerationWorker(QObject):
 
 
 def _stats_dict(s, t0: float) -> dict:
-    return {"new_tokens": s.new_tokens, "tokens_per_s": s.tokens_per_s, "prefill_s": s.prefill_s,
-            "prompt_tokens": s.prompt_tokens, "reused_prompt_tokens": s.reused_prompt_tokens, "steps": s.steps,
-            "tokens_per_step": s.tokens_per_step, "proposed": dict(s.proposed), "accepted": dict(s.accepted),
-            "draft_s": s.draft_s, "elapsed_s": time.perf_counter() - t0}
+    return {
+        "new_tokens": s.new_tokens,
+        "tokens_per_s": s.tokens_per_s,
+        "prefill_s": s.prefill_s,
+        "prompt_tokens": s.prompt_tokens,
+        "reused_prompt_tokens": s.reused_prompt_tokens,
+        "steps": s.steps,
+        "tokens_per_step": s.tokens_per_step,
+        "proposed": dict(s.proposed),
+        "accepted": dict(s.accepted),
+        "draft_s": s.draft_s,
+        "elapsed_s": time.perf_counter() - t0,
+    }

@@ -12,9 +12,25 @@ from pathlib import Path
 
 from PySide6.QtCore import Qt, QThread, QTimer, QUrl, Signal
 from PySide6.QtGui import QAction, QKeySequence, QShortcut
-from PySide6.QtWidgets import (QApplication, QDockWidget, QFileDialog, QHBoxLayout, QLabel, QLineEdit, QListView,
-                               QMainWindow, QMessageBox, QPlainTextEdit, QProgressBar, QPushButton, QSplitter,
-                               QTabWidget, QTextBrowser, QVBoxLayout, QWidget)
+from PySide6.QtWidgets import (
+    QApplication,
+    QDockWidget,
+    QFileDialog,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QListView,
+    QMainWindow,
+    QMessageBox,
+    QPlainTextEdit,
+    QProgressBar,
+    QPushButton,
+    QSplitter,
+    QTabWidget,
+    QTextBrowser,
+    QVBoxLayout,
+    QWidget,
+)
 
 from kwker.app import theme
 from kwker.app.conversation_model import ConversationListModel, IdRole
@@ -36,7 +52,10 @@ class ChatInput(QPlainTextEdit):
     submitted = Signal()
 
     def keyPressEvent(self, event):  # noqa: N802
-        if event.key() in (Qt.Key_Return, Qt.Key_Enter) and not event.modifiers() & Qt.ShiftModifier:
+        if (
+            event.key() in (Qt.Key_Return, Qt.Key_Enter)
+            and not event.modifiers() & Qt.ShiftModifier
+        ):
             self.submitted.emit()
             return
         super().keyPressEvent(event)
@@ -99,7 +118,9 @@ class MainWindow(QMainWindow):
         self.conv_model = ConversationListModel(self.store, self)
         self.search = QLineEdit(placeholderText="Search chats")
         self.search.setAccessibleName("search conversations")
-        self.search.textChanged.connect(lambda t: (self.conv_model.reload(t), self._select_current()))
+        self.search.textChanged.connect(
+            lambda t: (self.conv_model.reload(t), self._select_current())
+        )
         self.conv_list = QListView()
         self.conv_list.setModel(self.conv_model)
         self.conv_list.setAccessibleName("conversations")
@@ -193,8 +214,12 @@ class MainWindow(QMainWindow):
         self.statusBar().addWidget(self.status, 1)
         self.statusBar().addPermanentWidget(self.progress)
 
-        for keys, slot in ((QKeySequence.New, self.new_chat), ("Esc", self.stop),
-                           ("Ctrl+L", self.input.setFocus), ("Ctrl+R", self.regenerate)):
+        for keys, slot in (
+            (QKeySequence.New, self.new_chat),
+            ("Esc", self.stop),
+            ("Ctrl+L", self.input.setFocus),
+            ("Ctrl+R", self.regenerate),
+        ):
             QShortcut(QKeySequence(keys), self, activated=slot)
         quit_action = QAction("Quit", self, shortcut=QKeySequence.Quit, triggered=self.close)
         self.addAction(quit_action)
@@ -238,8 +263,10 @@ class MainWindow(QMainWindow):
         self.model_info = info
         self._set_busy(False)
         self.stats.set_model(info)
-        self.status.setText(f"Ready: {info['model']} ({info['precision']}, plain decoding "
-                            f"{info['reference_tokens_per_s']:.0f} tokens/s)")
+        self.status.setText(
+            f"Ready: {info['model']} ({info['precision']}, plain decoding "
+            f"{info['reference_tokens_per_s']:.0f} tokens/s)"
+        )
         self.settings_panel.set_draft_choices(self._draft_candidates())
 
     def _on_load_failed(self, msg: str):
@@ -253,7 +280,9 @@ class MainWindow(QMainWindow):
         from kwker.app.views.model_picker import ModelPicker
 
         self.picker = ModelPicker(self.settings["model"], self)
-        self.picker.model_chosen.connect(lambda repo: self._switch_model(model=repo, draft_model=""))
+        self.picker.model_chosen.connect(
+            lambda repo: self._switch_model(model=repo, draft_model="")
+        )
         self.picker.draft_chosen.connect(lambda repo: self._switch_model(draft_model=repo))
         self.picker.show()
         return self.picker
@@ -295,8 +324,11 @@ class MainWindow(QMainWindow):
             self.conv_list.edit(self.conv_model.index(row))
 
     def delete_current(self, confirm: bool = True):
-        if confirm and QMessageBox.question(self, "Delete chat", f"Delete “{self.title.text()}”?") != \
-                QMessageBox.Yes:
+        if (
+            confirm
+            and QMessageBox.question(self, "Delete chat", f"Delete “{self.title.text()}”?")
+            != QMessageBox.Yes
+        ):
             return
         if self.generating and self.stream_cid == self.cid:
             self.stop()
@@ -305,7 +337,11 @@ class MainWindow(QMainWindow):
         self.open_conversation(convs[0].id if convs else self.store.new_conversation().id)
 
     def export_to(self, path: str, fmt: str) -> None:
-        text = self.store.export_markdown(self.cid) if fmt == "md" else self.store.export_json(self.cid)
+        text = (
+            self.store.export_markdown(self.cid)
+            if fmt == "md"
+            else self.store.export_json(self.cid)
+        )
         Path(path).write_text(text, encoding="utf-8")
 
     def _export_dialog(self, fmt: str):
@@ -324,7 +360,9 @@ class MainWindow(QMainWindow):
         text = text.strip()
         if not text or self.generating or self.model_info is None:
             return False
-        if self.editing_index is not None:  # an edited message replaces itself and everything after it
+        if (
+            self.editing_index is not None
+        ):  # an edited message replaces itself and everything after it
             self.store.truncate_after(self.cid, self.messages[self.editing_index].id, keep=False)
             self.editing_index = None
         if not any(m.role == "user" for m in self.messages):
@@ -372,13 +410,19 @@ class MainWindow(QMainWindow):
         self._dirty = True
 
     def _on_finished(self, reason: str, stats: dict):
-        self.store.update_message(self.stream_mid, self.stream_text, stats={**stats, "finish_reason": reason},
-                                  complete=True)
+        self.store.update_message(
+            self.stream_mid,
+            self.stream_text,
+            stats={**stats, "finish_reason": reason},
+            complete=True,
+        )
         self._end_answer(reason, stats)
 
     def _on_failed(self, msg: str):
         if self.stream_mid is not None:
-            self.store.update_message(self.stream_mid, self.stream_text, stats={"error": msg}, complete=True)
+            self.store.update_message(
+                self.stream_mid, self.stream_text, stats={"error": msg}, complete=True
+            )
         self._end_answer("error", {})
         self.status.setText(f"Error: {msg}")
 
@@ -413,8 +457,11 @@ class MainWindow(QMainWindow):
             note = "" if m.complete else "(interrupted)"
             if m.stats.get("finish_reason") == "stopped":
                 note = "(stopped)"
-            parts.append(message_html(i, m.role, self._message_body(m, blocks), editable=m.role == "user",
-                                      note=note))
+            parts.append(
+                message_html(
+                    i, m.role, self._message_body(m, blocks), editable=m.role == "user", note=note
+                )
+            )
         self._history_html = "".join(parts)
         self._history_blocks = blocks
         self._dirty = True
@@ -430,8 +477,12 @@ class MainWindow(QMainWindow):
             if self.settings["tint_speculation"]:
                 streamed = tinted_html(self.stream_pieces, self.colors)
             else:
-                streamed = markdown_html(self.stream_text, blocks) if self.stream_text else "<p>…</p>"
-            body += message_html(len(self.messages) - 1, "assistant", streamed, editable=False, note="(writing)")
+                streamed = (
+                    markdown_html(self.stream_text, blocks) if self.stream_text else "<p>…</p>"
+                )
+            body += message_html(
+                len(self.messages) - 1, "assistant", streamed, editable=False, note="(writing)"
+            )
             if self.stream_stats:
                 self.stats.update_stats(self.stream_stats)
         self.code_blocks = blocks

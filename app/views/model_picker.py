@@ -7,11 +7,23 @@ from __future__ import annotations
 import threading
 
 from PySide6.QtCore import QAbstractTableModel, QModelIndex, QObject, Qt, QThread, Signal, Slot
-from PySide6.QtWidgets import (QComboBox, QDialog, QFileDialog, QHBoxLayout, QHeaderView, QLabel, QLineEdit,
-                               QProgressBar, QPushButton, QTableView, QVBoxLayout)
+from PySide6.QtWidgets import (
+    QComboBox,
+    QDialog,
+    QFileDialog,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QLineEdit,
+    QProgressBar,
+    QPushButton,
+    QTableView,
+    QVBoxLayout,
+)
 
 from kwker.models import catalog as cat
 from kwker.models import hub
+from kwker.precision import CONVERSIONS, PRECISIONS, weight_bytes
 
 COLUMNS = ["Model", "Family", "Parameters", "Download", "License", "Fit", "Status"]
 
@@ -32,22 +44,53 @@ class ModelTableModel(QAbstractTableModel):
         cached = {repo: size for repo, size, _ in hub.cached_models()}
         rows = []
         for e in cat.catalog():
-            status = "downloaded" if e.id in cached else ("offline source" if e.offline_source else "")
+            status = (
+                "downloaded" if e.id in cached else ("offline source" if e.offline_source else "")
+            )
             if not e.runs_natively:
                 status = "not supported yet"
-            rows.append({"id": e.id, "family": e.family, "params": _size(e.params).replace("B", ""),
-                         "download": _size(e.download_bytes), "license": e.license,
-                         "fit": cat.fit(e, self.precision, self.context), "status": status, "entry": e})
+            rows.append(
+                {
+                    "id": e.id,
+                    "family": e.family,
+                    "params": _size(e.params).replace("B", ""),
+                    "download": _size(e.download_bytes),
+                    "license": e.license,
+                    "fit": cat.fit(e, self.precision, self.context),
+                    "status": status,
+                    "entry": e,
+                }
+            )
         known = {r["id"] for r in rows}
         for repo, size in cached.items():
             if repo not in known:
-                rows.append({"id": repo, "family": "", "params": "", "download": _size(size), "license": "",
-                             "fit": "", "status": "downloaded", "entry": None})
+                rows.append(
+                    {
+                        "id": repo,
+                        "family": "",
+                        "params": "",
+                        "download": _size(size),
+                        "license": "",
+                        "fit": "",
+                        "status": "downloaded",
+                        "entry": None,
+                    }
+                )
                 known.add(repo)
         for repo in self.search_results:
             if repo not in known:
-                rows.append({"id": repo, "family": "", "params": "", "download": "", "license": "", "fit": "",
-                             "status": "on the Hub", "entry": None})
+                rows.append(
+                    {
+                        "id": repo,
+                        "family": "",
+                        "params": "",
+                        "download": "",
+                        "license": "",
+                        "fit": "",
+                        "status": "on the Hub",
+                        "entry": None,
+                    }
+                )
         text = self.filter.lower()
         self.beginResetModel()
         self.rows = [r for r in rows if text in r["id"].lower() or text in r["family"]]
@@ -68,7 +111,15 @@ class ModelTableModel(QAbstractTableModel):
         if not index.isValid() or role not in (Qt.DisplayRole, Qt.ToolTipRole):
             return None
         r = self.rows[index.row()]
-        return [r["id"], r["family"], r["params"], r["download"], r["license"], r["fit"], r["status"]][index.column()]
+        return [
+            r["id"],
+            r["family"],
+            r["params"],
+            r["download"],
+            r["license"],
+            r["fit"],
+            r["status"],
+        ][index.column()]
 
 
 class DownloadWorker(QObject):
@@ -87,8 +138,11 @@ class DownloadWorker(QObject):
 
         def report(p):
             eta = f", {p.eta_s:.0f} s left" if p.eta_s is not None else ""
-            self.progress.emit(int(100 * p.done / max(p.total, 1)),
-                               f"{p.file}: {_size(p.done)} of {_size(p.total)}, {_size(p.speed)}/s{eta}")
+            self.progress.emit(
+                int(100 * p.done / max(p.total, 1)),
+                f"{p.file}: {_size(p.done)} of {_size(p.total)}, {_size(p.speed)}/s{eta}",
+            )
+
         try:
             path = hub.download(repo, token=self.token, progress=report, cancel=self.cancel)
             self.done.emit(repo, str(path))
@@ -113,8 +167,8 @@ class ModelPicker(QDialog):
         hub_button = QPushButton("Search the Hub")
         hub_button.clicked.connect(self.search_hub)
         self.precision = QComboBox()
-        for label, value in (("int4", "int4"), ("int8", "balanced"), ("bfloat16", "bf16"), ("float32", "fp32")):
-            self.precision.addItem(f"Fit at {label}", value)
+        for name in sorted(("fp32", *CONVERSIONS), key=weight_bytes):  # the smallest first
+            self.precision.addItem(f"Fit at {PRECISIONS[name].weights}", name)
         self.precision.currentIndexChanged.connect(self._refit)
         self.token = QLineEdit(placeholderText="Hugging Face token (gated models)")
         self.token.setEchoMode(QLineEdit.Password)
@@ -240,8 +294,10 @@ class ModelPicker(QDialog):
         if row is None:
             return
         if row["id"] not in cat.same_tokenizer(self.current_model):
-            self.status.setText(f"{row['id']} does not share {self.current_model}'s tokenizer (or is not smaller): "
-                                "it cannot draft for it")
+            self.status.setText(
+                f"{row['id']} does not share {self.current_model}'s tokenizer (or is not smaller): "
+                "it cannot draft for it"
+            )
             return
         self.draft_chosen.emit(row["id"])
 

@@ -4,12 +4,25 @@ own values when 'This conversation only' is ticked). Emits the new values; the w
 from __future__ import annotations
 
 from PySide6.QtCore import Signal
-from PySide6.QtWidgets import (QCheckBox, QComboBox, QDoubleSpinBox, QFormLayout, QGroupBox, QLineEdit,
-                               QPlainTextEdit, QPushButton, QSpinBox, QVBoxLayout, QWidget)
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QComboBox,
+    QDoubleSpinBox,
+    QFormLayout,
+    QGroupBox,
+    QLineEdit,
+    QPlainTextEdit,
+    QPushButton,
+    QSpinBox,
+    QVBoxLayout,
+    QWidget,
+)
 
 from kwker.app.settings import DEFAULTS, PER_CONVERSATION
+from kwker.precision import AUTO, CONVERSIONS
+from kwker.precision import label as precision_label
 
-PRECISIONS = [("Model's own", "auto"), ("bfloat16", "bf16"), ("Balanced (int8)", "balanced"), ("int4", "int4")]
+PRECISIONS = (AUTO, *CONVERSIONS)
 THEMES = [("Follow the system", "system"), ("Light", "light"), ("Dark", "dark")]
 
 
@@ -32,13 +45,15 @@ class SettingsPanel(QWidget):
         self.model.setAccessibleName("model")
         self.model.setToolTip("A hub id, a local folder or a .gguf file")
         self.precision = QComboBox()
-        for label, value in PRECISIONS:
-            self.precision.addItem(label, value)
+        for name in PRECISIONS:
+            self.precision.addItem(precision_label(name), name)
         self.precision.setAccessibleName("precision")
         self.draft_model = QComboBox()
         self.draft_model.setEditable(True)
         self.draft_model.setAccessibleName("draft model")
-        self.draft_model.setToolTip("Only models with the same tokenizer as the chat model are offered")
+        self.draft_model.setToolTip(
+            "Only models with the same tokenizer as the chat model are offered"
+        )
         self.context_length = _spin(256, 32768, 256, name="context length")
         self.threads = _spin(0, 256, 1, name="threads")
         self.threads.setSpecialValueText("all cores")
@@ -95,7 +110,9 @@ class SettingsPanel(QWidget):
         layout.addWidget(self.apply_button)
         layout.addWidget(self.reset_button)
         layout.addStretch(1)
-        self.apply_button.clicked.connect(lambda: self.changed.emit(self.values(), self.conversation_only.isChecked()))
+        self.apply_button.clicked.connect(
+            lambda: self.changed.emit(self.values(), self.conversation_only.isChecked())
+        )
         self.reset_button.clicked.connect(self._use_defaults)
         self._app_values = dict(DEFAULTS)
 
@@ -159,5 +176,7 @@ def split_values(values: dict, conversation_only: bool) -> tuple[dict, dict]:
     """(app-wide values, conversation overrides) for values saved from the panel."""
     if not conversation_only:
         return values, {}
-    return ({k: v for k, v in values.items() if k not in PER_CONVERSATION},
-            {k: v for k, v in values.items() if k in PER_CONVERSATION})
+    return (
+        {k: v for k, v in values.items() if k not in PER_CONVERSATION},
+        {k: v for k, v in values.items() if k in PER_CONVERSATION},
+    )

@@ -36,12 +36,18 @@ class RateChart(QWidget):
             return
         top = max(self.samples) * 1.15 or 1.0
         n = len(self.samples) - 1
-        poly = QPolygonF([QPointF(r.left() + r.width() * i / n, r.bottom() - r.height() * v / top)
-                          for i, v in enumerate(self.samples)])
+        poly = QPolygonF(
+            [
+                QPointF(r.left() + r.width() * i / n, r.bottom() - r.height() * v / top)
+                for i, v in enumerate(self.samples)
+            ]
+        )
         p.setPen(QPen(self.color, 2))
         p.drawPolyline(poly)
         p.setPen(self.palette().text().color())
-        p.drawText(r.adjusted(4, 2, 0, 0), Qt.AlignLeft | Qt.AlignTop, f"{max(self.samples):.0f} tok/s max")
+        p.drawText(
+            r.adjusted(4, 2, 0, 0), Qt.AlignLeft | Qt.AlignTop, f"{max(self.samples):.0f} tok/s max"
+        )
 
 
 class StatsPanel(QWidget):
@@ -81,7 +87,9 @@ class StatsPanel(QWidget):
         self.reference_rate = info.get("reference_tokens_per_s", 0.0)
         self.reference.setText(f"{self.reference_rate:.1f} tokens/s (measured at load)")
         draft = f", draft {info['draft']}" if info.get("draft") else ""
-        self.model.setText(f"{info['model']} · {info['precision']} · {info['isa']} · {info['threads']} threads{draft}")
+        self.model.setText(
+            f"{info['model']} · {info['precision']} · {info['isa']} · {info['threads']} threads{draft}"
+        )
 
     def start(self) -> None:
         self.samples = []
@@ -101,8 +109,10 @@ class StatsPanel(QWidget):
         else:
             self.speedup.setText("measuring…")
         fresh = s.get("prompt_tokens", 0) - s.get("reused_prompt_tokens", 0)
-        self.prefill.setText(f"{fresh} new tokens in {s.get('prefill_s', 0) * 1000:.0f} ms "
-                             f"({s.get('reused_prompt_tokens', 0)} reused from the cache)")
+        self.prefill.setText(
+            f"{fresh} new tokens in {s.get('prefill_s', 0) * 1000:.0f} ms "
+            f"({s.get('reused_prompt_tokens', 0)} reused from the cache)"
+        )
         self.per_step.setText(f"{s.get('tokens_per_step', 0):.2f}")
         for label, src in ((self.lookup, "lookup"), (self.draft, "draft")):
             prop, acc = s.get("proposed", {}).get(src, 0), s.get("accepted", {}).get(src, 0)

@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
-from pathlib import Path
 
-PRECISION_NAMES = ["fp32", "bf16", "fp16", "balanced", "int4"]  # kwker.decode.PRECISIONS, without importing torch
+from kwker.precision import DRAFT, NAMES
 
 DEFAULT_PROMPT = "Write a haiku about the sea."
 
@@ -26,20 +24,30 @@ def cmd_generate(args) -> int:
     positional = args.args
     if len(positional) > 2:
         raise SystemExit("usage: kwker generate [MODEL] [PROMPT]")
-    model_spec, prompt = (positional + [None, None])[:2] if len(positional) == 2 else (None, (positional or [None])[0])
+    model_spec, prompt = (
+        (positional + [None, None])[:2]
+        if len(positional) == 2
+        else (None, (positional or [None])[0])
+    )
     prompt = prompt or DEFAULT_PROMPT
     model, tokenizer = load_model(model_spec, progress=_progress)
     chat = args.chat if args.chat is not None else bool(getattr(tokenizer, "chat_template", None))
     if chat:
-        ids = tokenizer.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True,
-                                            return_tensors="pt", return_dict=True)["input_ids"]
+        ids = tokenizer.apply_chat_template(
+            [{"role": "user", "content": prompt}],
+            add_generation_prompt=True,
+            return_tensors="pt",
+            return_dict=True,
+        )["input_ids"]
     else:
         ids = tokenizer(prompt, return_tensors="pt")["input_ids"]
     max_cache_len = args.max_cache_len or ids.shape[1] + args.max_new_tokens
     reason = runner_unsupported(model, max_cache_len)
     if reason:
         raise SystemExit(f"kwker: cannot run this model: {reason}")
-    dec = KwkDecoder(model, max_cache_len=max_cache_len, precision=args.precision, threads=args.threads)
+    dec = KwkDecoder(
+        model, max_cache_len=max_cache_len, precision=args.precision, threads=args.threads
+    )
     del model
     trim_memory()
     generator = torch.Generator().manual_seed(args.seed) if args.seed is not None else None
@@ -53,46 +61,34 @@ def cmd_generate(args) -> int:
         stats = chunk.stats
     sys.stdout.write("\n")
     if stats:
-        print(f"[kwker] {stats.new_tokens} tokens, {stats.tokens_per_s:.1f} tokens/s; prompt {stats.prompt_tokens} "
-              f"tokens in {stats.prefill_s:.2f} s ({dec.isa}, {dec.threads} threads, "
-              f"{args.precision or 'model dtype'})", file=sys.stderr)
+        print(
+            f"[kwker] {stats.new_tokens} tokens, {stats.tokens_per_s:.1f} tokens/s; prompt {stats.prompt_tokens} "
+            f"tokens in {stats.prefill_s:.2f} s ({dec.isa}, {dec.threads} threads, "
+            f"{args.precision or 'model dtype'})",
+            file=sys.stderr,
+        )
     return 0
 
 
 def cmd_bench(args) -> int:
-    from kwker import bench
+    from kwker.bench.main import main
 
-    peers = [p.strip() for p in (args.vs or "").split(",") if p.strip()]
-    if args.quality:
-        from kwker import quality
-
-        rows = quality.run(args.model, threads=args.threads, peers=peers)
-        if args.json:
-            Path(args.json).write_text(json.dumps(rows, indent=2))
-        return 0
-    if args.lookup or args.draft:
-        report = bench.run_speculative(args.model, precision=args.precision, threads=args.threads,
-                                       draft_spec=args.draft, repeats=args.repeats,
-                                       draft_precision=args.draft_precision)
-        if args.json:
-            Path(args.json).write_text(json.dumps(report, indent=2))
-        return 0
-    if args.batch:
-        report = bench.run_batch(args.model, precision=args.precision, threads=args.threads,
-                                 batches=[int(b) for b in args.batch.split(",")], tg=args.tg)
-        if args.json:
-            Path(args.json).write_text(json.dumps(report, indent=2))
-        return 0
-    bench.run(args.model, precision=args.precision, threads=args.threads, repeats=args.repeats, pp=args.pp,
-              tg=args.tg, depth=args.depth, peers=peers, json_path=args.json)
-    return 0
+    return main(args)
 
 
 def cmd_serve(args) -> int:
     from kwker.serve import run_server
 
-    run_server(args.model, args.host, args.port, args.api_key or os.environ.get("KWKER_API_KEY"), args.precision,
-               args.max_batch, args.max_cache_len, args.threads)
+    run_server(
+        args.model,
+        args.host,
+        args.port,
+        args.api_key or os.environ.get("KWKER_API_KEY"),
+        args.precision,
+        args.max_batch,
+        args.max_cache_len,
+        args.threads,
+    )
     return 0
 
 
@@ -157,19 +153,36 @@ def _import(path: str) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="kwker", description="Fast, exact LLM inference on a plain CPU.")
+    parser = argparse.ArgumentParser(
+        prog="kwker", description="Fast, exact LLM inference on a plain CPU."
+    )
     sub = parser.add_subparsers(dest="command", required=True)
 
     g = sub.add_parser("generate", help="stream text from a model (default: SmolLM2-135M-Instruct)")
-    g.add_argument("args", nargs="*", metavar="[MODEL] PROMPT",
-                   help="a hub id, a local folder or a .gguf file, then the prompt")
-    g.add_argument("--chat", dest="chat", action="store_true", default=None,
-                   help="wrap the prompt in the model's chat template (default when it has one)")
+    g.add_argument(
+        "args",
+        nargs="*",
+        metavar="[MODEL] PROMPT",
+        help="a hub id, a local folder or a .gguf file, then the prompt",
+    )
+    g.add_argument(
+        "--chat",
+        dest="chat",
+        action="store_true",
+        default=None,
+        help="wrap the prompt in the model's chat template (default when it has one)",
+    )
     g.add_argument("--no-chat", dest="chat", action="store_false")
     g.add_argument("--max-new-tokens", type=int, default=128)
-    g.add_argument("--precision", choices=PRECISION_NAMES, default=None,
-                   help="weight precision (default: the model's own)")
-    g.add_argument("--seed", type=int, default=None, help="sample with this seed (temperature defaults to 0.7)")
+    g.add_argument(
+        "--precision",
+        choices=NAMES,
+        default=None,
+        help="weight precision (default: the model's own)",
+    )
+    g.add_argument(
+        "--seed", type=int, default=None, help="sample with this seed (temperature defaults to 0.7)"
+    )
     g.add_argument("--temperature", type=float, default=None)
     g.add_argument("--top-p", type=float, default=None)
     g.add_argument("--top-k", type=int, default=None)
@@ -177,32 +190,53 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--max-cache-len", type=int, default=None)
     g.set_defaults(func=cmd_generate)
 
-    b = sub.add_parser("bench", help="prefill and generation tokens/s against peers, with the roofline")
+    b = sub.add_parser(
+        "bench", help="prefill and generation tokens/s against peers, with the roofline"
+    )
     b.add_argument("model", nargs="?", default=None)
-    b.add_argument("--precision", choices=PRECISION_NAMES, default=None)
+    b.add_argument("--precision", choices=NAMES, default=None)
     b.add_argument("--threads", type=int, default=None)
     b.add_argument("--repeats", type=int, default=5)
     b.add_argument("--pp", type=int, default=512, help="prompt tokens for the prefill test")
     b.add_argument("--tg", type=int, default=128, help="tokens for the generation test")
-    b.add_argument("--depth", type=int, default=16,
-                   help="tokens of context before the generation test (its GB/s count weights, not the KV cache)")
+    b.add_argument(
+        "--depth",
+        type=int,
+        default=16,
+        help="tokens of context before the generation test (its GB/s count weights, not the KV cache)",
+    )
     b.add_argument("--vs", default="", help="comma-separated peers: transformers, llama.cpp")
     b.add_argument("--json", default=None, help="write the results to this file")
-    b.add_argument("--batch", default=None, help="comma-separated batch sizes: aggregate throughput instead")
-    b.add_argument("--lookup", action="store_true", help="speculative decoding: plain vs prompt lookup per task")
+    b.add_argument(
+        "--batch", default=None, help="comma-separated batch sizes: aggregate throughput instead"
+    )
+    b.add_argument(
+        "--lookup",
+        action="store_true",
+        help="speculative decoding: plain vs prompt lookup per task",
+    )
     b.add_argument("--draft", default=None, help="speculative decoding with this draft model too")
-    b.add_argument("--draft-precision", default=None, choices=PRECISION_NAMES,
-                   help="the draft's precision (default int4: the cheapest proposals; never changes the output)")
-    b.add_argument("--quality", action="store_true",
-                   help="perplexity, KL and top-1 agreement vs fp32 of each precision on a fixed text")
+    b.add_argument(
+        "--draft-precision",
+        default=None,
+        choices=NAMES,
+        help=f"the draft's precision (default {DRAFT}: the cheapest proposals; never changes the output)",
+    )
+    b.add_argument(
+        "--quality",
+        action="store_true",
+        help="perplexity, KL and top-1 agreement vs fp32 of each precision on a fixed text",
+    )
     b.set_defaults(func=cmd_bench)
 
     s = sub.add_parser("serve", help="an OpenAI-compatible HTTP server (continuous batching)")
     s.add_argument("model", nargs="?", default=None)
     s.add_argument("--host", default="127.0.0.1")
     s.add_argument("--port", type=int, default=8000)
-    s.add_argument("--api-key", default=None, help="require 'Authorization: Bearer KEY' (or set KWKER_API_KEY)")
-    s.add_argument("--precision", choices=PRECISION_NAMES, default=None)
+    s.add_argument(
+        "--api-key", default=None, help="require 'Authorization: Bearer KEY' (or set KWKER_API_KEY)"
+    )
+    s.add_argument("--precision", choices=NAMES, default=None)
     s.add_argument("--max-batch", type=int, default=8)
     s.add_argument("--max-cache-len", type=int, default=2048)
     s.add_argument("--threads", type=int, default=None)

@@ -24,7 +24,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from kwker.decode import ALIASES, DEFAULT_LOGIT_ROWS, DEFAULT_STEP_TOKENS, OWN_PRECISION, KwkDecoder
+from kwker.decode import DEFAULT_LOGIT_ROWS, DEFAULT_STEP_TOKENS, KwkDecoder
+from kwker.precision import canonical, own_precision
 from kwker.models.cache import cache_dir
 
 
@@ -156,10 +157,10 @@ class Decoder(KwkDecoder):
         if max_batch != 1:
             raise ValueError(f"a compiled Decoder runs one sequence at a time (max_batch=1), got {max_batch!r}")
         dtype = next(model.parameters()).dtype
-        own = OWN_PRECISION.get(dtype)
+        own = own_precision(dtype)
         if own is None:
             raise ValueError(f"weights of dtype {dtype} are not supported (float32, bfloat16, float16)")
-        precision = ALIASES.get(precision, precision)
+        precision = canonical(precision)
         if precision not in (None, own):
             raise ValueError(f"a compiled Decoder runs the model's own precision ({own!r}), got {precision!r}; "
                              f"convert the model first (model.to(torch.bfloat16))")

@@ -12,16 +12,28 @@ from importlib import resources
 
 import torch
 
-PRECISIONS = ("fp32", "bf16", "balanced", "int4")
+from kwker.precision import CONVERSIONS, PRECISIONS
+
+ROWS = ("fp32", *CONVERSIONS)  # the reference, then what a model is converted to
 
 
 def text() -> str:
     """Public-domain text: the Gettysburg Address, the opening of A Tale of Two Cities and of Moby-Dick."""
-    return resources.files("kwker.resources").joinpath("texts/public_domain.txt").read_text(encoding="utf-8")
+    return (
+        resources.files("kwker.resources")
+        .joinpath("texts/public_domain.txt")
+        .read_text(encoding="utf-8")
+    )
 
 
-def measure(model, tokenizer, precisions=PRECISIONS, max_tokens: int = 512, threads: int | None = None,
-            ggufs: dict | None = None) -> list[dict]:
+def measure(
+    model,
+    tokenizer,
+    precisions=ROWS,
+    max_tokens: int = 512,
+    threads: int | None = None,
+    ggufs: dict | None = None,
+) -> list[dict]:
     """One row per kwker precision, then one per llama.cpp GGUF of ggufs ({name: path}), all against kwker fp32."""
     from kwker.decode import KwkDecoder
 
@@ -39,8 +51,15 @@ def measure(model, tokenizer, precisions=PRECISIONS, max_tokens: int = 512, thre
         nll = -logp[:-1].gather(1, targets[:, None]).mean()
         kl = (reference.exp() * (reference - logp)).sum(-1).mean()
         top1 = (reference.argmax(-1) == logp.argmax(-1)).double().mean()
-        rows.append({"precision": name, "tokens": len(ids), "perplexity": float(nll.exp()),
-                     "mean_kl_vs_fp32": float(kl), "top1_agreement_vs_fp32": float(top1)})
+        rows.append(
+            {
+                "precision": name,
+                "tokens": len(ids),
+                "perplexity": float(nll.exp()),
+                "mean_kl_vs_fp32": float(kl),
+                "top1_agreement_vs_fp32": float(top1),
+            }
+        )
 
     for precision in precisions:
         row(precision, reference if precision == "fp32" else log_probs(precision))
@@ -54,31 +73,41 @@ def llama_cpp_log_probs(path, ids: list[int], threads: int | None = None) -> tor
     import numpy as np
     from llama_cpp import Llama
 
-    llm = Llama(model_path=str(path), n_ctx=len(ids), n_batch=len(ids), n_ubatch=len(ids), logits_all=True,
-                n_threads=threads, n_threads_batch=threads, verbose=False)
+    llm = Llama(
+        model_path=str(path),
+        n_ctx=len(ids),
+        n_batch=len(ids),
+        n_ubatch=len(ids),
+        logits_all=True,
+        n_threads=threads,
+        n_threads_batch=threads,
+        verbose=False,
+    )
     llm.eval(ids)
-    logp = torch.from_numpy(np.array(llm.scores[:len(ids)])).double().log_softmax(-1)
+    logp = torch.from_numpy(np.array(llm.scores[: len(ids)])).double().log_softmax(-1)
     llm.close()
     return logp
 
 
 def llama_cpp_ggufs(model_spec) -> dict:
     """{row name: path} of the GGUFs `kwker bench --vs llama.cpp` runs for these weights ({} without a source GGUF)."""
-    from kwker.bench import GGUF_FORMATS, LLAMA_RECIPES, peer_gguf, recipe_gguf
+    from kwker.bench.peers import peer_gguf, recipe_gguf
     from kwker.models.loader import source_gguf
 
     src = source_gguf(model_spec)
     if src is None:
         return {}
-    formats = dict.fromkeys(f for fmts in GGUF_FORMATS.values() for f in fmts)
-    recipes = dict.fromkeys(f for fmts in LLAMA_RECIPES.values() for f in fmts)
-    return ({f"llama.cpp {fmt}": peer_gguf(src, fmt) for fmt in formats}
-            | {f"llama.cpp llama-quantize {fmt}": recipe_gguf(src, fmt, 0) for fmt in recipes}
-            | {"llama.cpp source file": src})
+    formats = dict.fromkeys(f for p in PRECISIONS.values() for f in p.gguf)
+    recipes = dict.fromkeys(f for p in PRECISIONS.values() for f in p.llama_quantize)
+    return (
+        {f"llama.cpp {fmt}": peer_gguf(src, fmt) for fmt in formats}
+        | {f"llama.cpp llama-quantize {fmt}": recipe_gguf(src, fmt, 0) for fmt in recipes}
+        | {"llama.cpp source file": src}
+    )
 
 
 def run(model_spec=None, threads=None, out=print, peers=()) -> list[dict]:
-    from kwker.bench import LLAMA_CPP, LLAMA_CPP_MISSING
+    from kwker.bench.peers import LLAMA_CPP, LLAMA_CPP_MISSING
     from kwker.models.loader import DEFAULT_MODEL, load_model
 
     unknown = [p for p in peers if p not in LLAMA_CPP]
@@ -94,11 +123,17 @@ def run(model_spec=None, threads=None, out=print, peers=()) -> list[dict]:
             if not ggufs:
                 out("llama.cpp: no GGUF of these weights to convert from: skipped")
     rows = measure(model, tokenizer, threads=threads, ggufs=ggufs)
-    out(f"model: {model_spec or DEFAULT_MODEL}, text: {rows[0]['tokens']} tokens of public-domain prose")
+    out(
+        f"model: {model_spec or DEFAULT_MODEL}, text: {rows[0]['tokens']} tokens of public-domain prose"
+    )
     out("| weights | perplexity | mean KL vs fp32 (nats) | top-1 agreement vs fp32 |")
     out("|---|---|---|---|")
     for r in rows:
-        name = r["precision"] if r["precision"].startswith("llama.cpp") else f"kwker {r['precision']}"
-        out(f"| {name} | {r['perplexity']:.3f} | {r['mean_kl_vs_fp32']:.4f} | "
-            f"{r['top1_agreement_vs_fp32']:.1%} |")
+        name = (
+            r["precision"] if r["precision"].startswith("llama.cpp") else f"kwker {r['precision']}"
+        )
+        out(
+            f"| {name} | {r['perplexity']:.3f} | {r['mean_kl_vs_fp32']:.4f} | "
+            f"{r['top1_agreement_vs_fp32']:.1%} |"
+        )
     return rows

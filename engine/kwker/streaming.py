@@ -12,7 +12,8 @@ class GenerationStats:
     reused_prompt_tokens: int = 0  # prompt tokens whose KV cache was kept from the previous call
     prefill_s: float = 0.0
     new_tokens: int = 0
-    decode_s: float = 0.0  # wall-clock from the first new token to the latest (steps, drafting, Python, consumer)
+    # wall-clock from the first new token to the latest (steps, drafting, Python, consumer)
+    decode_s: float = 0.0
     steps: int = 0  # native decode steps after prefill (each verifies its proposals)
     draft_s: float = 0.0  # of decode_s, the time the draft model took
     proposed: dict[str, int] = field(default_factory=dict)  # speculation source -> tokens proposed
@@ -39,7 +40,8 @@ class GenerationChunk:
     text: str  # the new piece of text ("" without a tokenizer, or while a character is incomplete)
     stats: GenerationStats
     finish_reason: str | None = None  # "eos" or "length" on the last chunk
-    source: str | None = None  # "lookup" or "draft" when the token was a proposal the model verified
+    # "lookup" or "draft" when the token was a proposal the model verified
+    source: str | None = None
 
 
 class StreamingDetokenizer:
@@ -58,7 +60,7 @@ class StreamingDetokenizer:
         text = self.tokenizer.decode(self.tokens, skip_special_tokens=self.skip_special_tokens)
         if text.endswith("\ufffd"):
             return ""
-        piece = text[self.emitted:]
+        piece = text[self.emitted :]
         if text.endswith("\n"):
             self.tokens, self.emitted = [], 0
         else:
@@ -67,6 +69,6 @@ class StreamingDetokenizer:
 
     def flush(self) -> str:
         text = self.tokenizer.decode(self.tokens, skip_special_tokens=self.skip_special_tokens)
-        piece = text[self.emitted:]
+        piece = text[self.emitted :]
         self.tokens, self.emitted = [], 0
         return piece

@@ -22,7 +22,7 @@ from kwker import _native
 from kwker.cpu_backend import best_isa, decoder_available
 
 _state: dict = {}  # "original": torch's Linear.forward, "pool": the native pool, "packed": module -> entry
-_packed: "weakref.WeakKeyDictionary[torch.nn.Linear, tuple]" = weakref.WeakKeyDictionary()
+_packed: weakref.WeakKeyDictionary[torch.nn.Linear, tuple] = weakref.WeakKeyDictionary()
 
 
 def installed() -> bool:
@@ -42,7 +42,9 @@ def install(threads: int | None = None) -> None:
     _state["pool"] = _native.Pool(threads or default_threads())
     _state["isa"] = best_isa()
     _state["torch_threads"] = torch.get_num_threads()
-    torch.set_num_threads(1)  # torch's own pool would spin on the cores the native pool needs between matmuls
+    torch.set_num_threads(
+        1
+    )  # torch's own pool would spin on the cores the native pool needs between matmuls
     _state["original"] = torch.nn.Linear.forward
     torch.nn.Linear.forward = _forward
 
@@ -63,15 +65,25 @@ def _version(t: torch.Tensor | None):
 
 def _forward(self: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
     w, b = self.weight, self.bias
-    if (x.dtype != torch.float32 or w.dtype != torch.float32 or x.device.type != "cpu" or w.device.type != "cpu"
-            or x.numel() == 0 or (torch.is_grad_enabled() and (w.requires_grad or x.requires_grad))):
+    if (
+        x.dtype != torch.float32
+        or w.dtype != torch.float32
+        or x.device.type != "cpu"
+        or w.device.type != "cpu"
+        or x.numel() == 0
+        or (torch.is_grad_enabled() and (w.requires_grad or x.requires_grad))
+    ):
         return _state["original"](self, x)
     key = (_version(w), _version(b))
     entry = _packed.get(self)
     if entry is None or entry[0] != key:
         with torch.no_grad():
-            linear = _native.Linear(w.detach().numpy(), None if b is None else b.detach().numpy(), _state["pool"],
-                                    _state["isa"])
+            linear = _native.Linear(
+                w.detach().numpy(),
+                None if b is None else b.detach().numpy(),
+                _state["pool"],
+                _state["isa"],
+            )
         entry = _packed[self] = (key, linear)
     rows = x.reshape(-1, x.shape[-1])
     if rows.stride(-1) != 1:

@@ -14,8 +14,14 @@ from types import ModuleType
 
 from kwker.families import gemma3, llama, mistral, phi3, qwen2, qwen3
 
-FAMILIES: dict[str, ModuleType] = {"llama": llama, "mistral": mistral, "qwen2": qwen2, "qwen3": qwen3,
-                                   "gemma3_text": gemma3, "phi3": phi3}
+FAMILIES: dict[str, ModuleType] = {
+    "llama": llama,
+    "mistral": mistral,
+    "qwen2": qwen2,
+    "qwen3": qwen3,
+    "gemma3_text": gemma3,
+    "phi3": phi3,
+}
 
 
 def family_for(model) -> ModuleType | None:

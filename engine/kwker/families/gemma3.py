@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import torch
 
+from kwker import _native
 from kwker.families import llama
 
-ACTIVATIONS = {"gelu_pytorch_tanh": 1}
+ACTIVATIONS = ("gelu_pytorch_tanh",)  # the native GeluTanh
 
 
 def rope_layer_types(config) -> list[str]:
@@ -25,7 +26,10 @@ def unsupported(model, max_cache_len: int) -> str | None:
     act = getattr(c, "hidden_activation", None)
     if act not in ACTIVATIONS:
         return f"activation {act!r} is not supported (supported: {', '.join(ACTIVATIONS)})"
-    if getattr(c, "attn_logit_softcapping", None) is not None or getattr(c, "final_logit_softcapping", None) is not None:
+    if (
+        getattr(c, "attn_logit_softcapping", None) is not None
+        or getattr(c, "final_logit_softcapping", None) is not None
+    ):
         return "logit softcapping (Gemma 2 style) is not supported"
     if getattr(c, "use_bidirectional_attention", False):
         return "bidirectional attention is not supported (causal LMs only)"
@@ -40,23 +44,30 @@ def native_config(model) -> dict:
     c = model.config
     emb = model.model.embed_tokens
     kinds = rope_layer_types(c)
-    return {**llama.native_config(model),
-            "attn_scale": float(c.query_pre_attn_scalar**-0.5),
-            "qk_norm": True,
-            "post_norms": True,
-            "activation": ACTIVATIONS[c.hidden_activation],
-            "embed_scale": float(emb.embed_scale.to(emb.weight.dtype)),  # as transformers multiplies
-            "layer_rope": [kinds.index(t) for t in c.layer_types]}
+    return {
+        **llama.native_config(model),
+        "attn_scale": float(c.query_pre_attn_scalar**-0.5),
+        "qk_norm": True,
+        "post_norms": True,
+        "activation": _native.Activation.GeluTanh,
+        "embed_scale": float(emb.embed_scale.to(emb.weight.dtype)),  # as transformers multiplies
+        "layer_rope": [kinds.index(t) for t in c.layer_types],
+    }
 
 
 def rope_tables(model, max_cache_len: int) -> tuple[torch.Tensor, torch.Tensor]:
     """One table per layer type, in rope_layer_types order: [n_types, max_cache_len, head_dim / 2]."""
-    tables = [llama.rope_table(model.model.rotary_emb, max_cache_len, kind) for kind in rope_layer_types(model.config)]
+    tables = [
+        llama.rope_table(model.model.rotary_emb, max_cache_len, kind)
+        for kind in rope_layer_types(model.config)
+    ]
     return torch.stack([c for c, _ in tables]), torch.stack([s for _, s in tables])
 
 
 def norm_weight(module):
-    return 1.0 + module.weight.detach().float()  # Gemma's RMSNorm scales by (1 + w), computed in float32
+    return (
+        1.0 + module.weight.detach().float()
+    )  # Gemma's RMSNorm scales by (1 + w), computed in float32
 
 
 def layer_norms(layer):

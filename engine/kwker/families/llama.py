@@ -29,11 +29,15 @@ def layer_windows(config) -> list[int]:
 def rope_unsupported(params: dict, max_cache_len: int) -> str | None:
     """Why a rope configuration can't be tabulated once at load (None when it can)."""
     kind = params.get("rope_type", params.get("type", "default"))
-    if kind == "longrope":  # transformers switches every position to the long factors past the original length
+    if (
+        kind == "longrope"
+    ):  # transformers switches every position to the long factors past the original length
         original = params.get("original_max_position_embeddings")
         if original is None or max_cache_len > original:
-            return (f"longrope with max_cache_len {max_cache_len} longer than original_max_position_embeddings "
-                    f"{original} is not supported (its factors change with the text's length)")
+            return (
+                f"longrope with max_cache_len {max_cache_len} longer than original_max_position_embeddings "
+                f"{original} is not supported (its factors change with the text's length)"
+            )
         return None
     if kind not in STATIC_ROPE_TYPES:
         return f"rope type {kind!r} is not supported (supported: {', '.join(sorted(STATIC_ROPE_TYPES | {'longrope'}))})"
@@ -51,8 +55,10 @@ def shape_unsupported(model, max_cache_len: int) -> str | None:
     if c.num_attention_heads % c.num_key_value_heads:
         return "num_attention_heads is not a multiple of num_key_value_heads"
     if max_cache_len > c.max_position_embeddings:
-        return (f"max_cache_len {max_cache_len} is longer than the model's max_position_embeddings "
-                f"{c.max_position_embeddings}")
+        return (
+            f"max_cache_len {max_cache_len} is longer than the model's max_position_embeddings "
+            f"{c.max_position_embeddings}"
+        )
     dtype = model.model.embed_tokens.weight.dtype
     if dtype not in DTYPES:
         return f"weights of dtype {dtype} are not supported (float32, bfloat16, float16)"
@@ -119,8 +125,15 @@ def _bias(linear):
 def layer_matrices(model, layer):
     """(name, weight, bias) of a layer's seven matrices, for the Llama layout."""
     a, mlp = layer.self_attn, layer.mlp
-    for name, lin in (("q", a.q_proj), ("k", a.k_proj), ("v", a.v_proj), ("o", a.o_proj),
-                      ("gate", mlp.gate_proj), ("up", mlp.up_proj), ("down", mlp.down_proj)):
+    for name, lin in (
+        ("q", a.q_proj),
+        ("k", a.k_proj),
+        ("v", a.v_proj),
+        ("o", a.o_proj),
+        ("gate", mlp.gate_proj),
+        ("up", mlp.up_proj),
+        ("down", mlp.down_proj),
+    ):
         yield name, lin.weight, _bias(lin)
 
 

@@ -14,11 +14,11 @@ def fused_matrices(model, layer):
     qd, kvd = c.num_attention_heads * hd, c.num_key_value_heads * hd
     qkv, gate_up = layer.self_attn.qkv_proj.weight, layer.mlp.gate_up_proj.weight
     yield "q", qkv[:qd], None
-    yield "k", qkv[qd:qd + kvd], None
-    yield "v", qkv[qd + kvd:], None
+    yield "k", qkv[qd : qd + kvd], None
+    yield "v", qkv[qd + kvd :], None
     yield "o", layer.self_attn.o_proj.weight, None
-    yield "gate", gate_up[:c.intermediate_size], None
-    yield "up", gate_up[c.intermediate_size:], None
+    yield "gate", gate_up[: c.intermediate_size], None
+    yield "up", gate_up[c.intermediate_size :], None
     yield "down", layer.mlp.down_proj.weight, None
 
 

@@ -8,6 +8,8 @@ from dataclasses import dataclass
 from functools import cache
 from importlib.resources import files
 
+from kwker.precision import weight_bytes
+
 
 @dataclass(frozen=True)
 class CatalogEntry:
@@ -46,18 +48,20 @@ def same_tokenizer(model_id: str) -> list[str]:
     me = entry(model_id)
     if me is None:
         return []
-    return [e.id for e in sorted(catalog(), key=lambda e: e.params) if e.tokenizer == me.tokenizer and e.id != me.id
-            and e.params < me.params]
+    return [
+        e.id
+        for e in sorted(catalog(), key=lambda e: e.params)
+        if e.tokenizer == me.tokenizer and e.id != me.id and e.params < me.params
+    ]
 
 
-BYTES_PER_WEIGHT = {"auto": 4.0, "fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "balanced": 8.5 / 8, "int4": 5.0 / 8}
 OVERHEAD_BYTES = 450e6  # Python, torch, transformers and the decoder's scratch
 
 
 def memory_needed(e: CatalogEntry, precision: str, context: int) -> float:
     """Bytes of RAM to run e: packed weights + float32 KV cache for `context` tokens + the runtime."""
     kv = 2 * e.layers * e.kv_heads * e.head_dim * 4 * context
-    return e.params * BYTES_PER_WEIGHT.get(precision, 4.0) + kv + OVERHEAD_BYTES
+    return e.params * weight_bytes(precision) + kv + OVERHEAD_BYTES
 
 
 def available_memory() -> float:
@@ -69,6 +73,6 @@ def available_memory() -> float:
 
 
 def fit(e: CatalogEntry, precision: str, context: int, available: float | None = None) -> str:
-    """"fits", "tight" or "won't fit" on this machine's free memory (like Jan's pills)."""
+    """ "fits", "tight" or "won't fit" on this machine's free memory (like Jan's pills)."""
     need, have = memory_needed(e, precision, context), available or available_memory()
     return "fits" if need < 0.7 * have else ("tight" if need < 0.95 * have else "won't fit")

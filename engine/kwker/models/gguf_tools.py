@@ -16,9 +16,20 @@ from pathlib import Path
 
 import numpy as np
 
-FORMATS = {"F32": ("F32", "ALL_F32"), "BF16": ("BF16", "MOSTLY_BF16"), "Q8_0": ("Q8_0", "MOSTLY_Q8_0"),
-           "Q4_0": ("Q4_0", "MOSTLY_Q4_0"), "Q4_1": ("Q4_1", "MOSTLY_Q4_1")}
-SKIP_KEYS = {"general.architecture", "general.file_type", "GGUF.version", "GGUF.tensor_count", "GGUF.kv_count"}
+FORMATS = {
+    "F32": ("F32", "ALL_F32"),
+    "BF16": ("BF16", "MOSTLY_BF16"),
+    "Q8_0": ("Q8_0", "MOSTLY_Q8_0"),
+    "Q4_0": ("Q4_0", "MOSTLY_Q4_0"),
+    "Q4_1": ("Q4_1", "MOSTLY_Q4_1"),
+}
+SKIP_KEYS = {
+    "general.architecture",
+    "general.file_type",
+    "GGUF.version",
+    "GGUF.tensor_count",
+    "GGUF.kv_count",
+}
 
 
 def requantize(src: Path, dst: Path, fmt: str) -> Path:
@@ -55,7 +66,11 @@ def requantize(src: Path, dst: Path, fmt: str) -> Path:
     return dst
 
 
-LLAMA_FTYPES = {"Q4_0": "LLAMA_FTYPE_MOSTLY_Q4_0", "Q4_1": "LLAMA_FTYPE_MOSTLY_Q4_1", "Q8_0": "LLAMA_FTYPE_MOSTLY_Q8_0"}
+LLAMA_FTYPES = {
+    "Q4_0": "LLAMA_FTYPE_MOSTLY_Q4_0",
+    "Q4_1": "LLAMA_FTYPE_MOSTLY_Q4_1",
+    "Q8_0": "LLAMA_FTYPE_MOSTLY_Q8_0",
+}
 
 
 def llama_quantize(src: Path, dst: Path, fmt: str, threads: int = 0) -> Path:
@@ -80,15 +95,19 @@ def llama_quantize(src: Path, dst: Path, fmt: str, threads: int = 0) -> Path:
         try:
             for fd in (1, 2):
                 os.dup2(log.fileno(), fd)
-            rc = llama_cpp.llama_model_quantize(str(src).encode(), str(tmp).encode(), ctypes.byref(params))
+            rc = llama_cpp.llama_model_quantize(
+                str(src).encode(), str(tmp).encode(), ctypes.byref(params)
+            )
         finally:
-            for fd, old in zip((1, 2), saved):
+            for fd, old in zip((1, 2), saved, strict=True):
                 os.dup2(old, fd)
                 os.close(old)
         if rc != 0:
             tmp.unlink(missing_ok=True)
             log.seek(0)
             tail = log.read().decode(errors="replace").strip().splitlines()[-5:]
-            raise RuntimeError(f"llama.cpp could not quantize {src} to {fmt} (code {rc}): " + " / ".join(tail))
+            raise RuntimeError(
+                f"llama.cpp could not quantize {src} to {fmt} (code {rc}): " + " / ".join(tail)
+            )
     tmp.replace(dst)
     return dst

@@ -81,13 +81,18 @@ def repo_files(repo_id: str, revision: str | None = None, token: str | None = No
     from huggingface_hub.errors import HfHubHTTPError, RepositoryNotFoundError
 
     try:
-        info = HfApi(endpoint=_endpoint()).model_info(repo_id, revision=revision, files_metadata=True,
-                                                      token=_token(token))
+        info = HfApi(endpoint=_endpoint()).model_info(
+            repo_id, revision=revision, files_metadata=True, token=_token(token)
+        )
     except HfGated as e:
-        raise GatedRepoError(f"{repo_id} is gated: accept its license on the Hub and give a token "
-                             f"(HF_TOKEN or `hf auth login`)") from e
+        raise GatedRepoError(
+            f"{repo_id} is gated: accept its license on the Hub and give a token "
+            f"(HF_TOKEN or `hf auth login`)"
+        ) from e
     except RepositoryNotFoundError as e:
-        raise DownloadError(f"{repo_id} was not found on the Hub (or it is private: give a token)") from e
+        raise DownloadError(
+            f"{repo_id} was not found on the Hub (or it is private: give a token)"
+        ) from e
     except HfHubHTTPError as e:
         raise DownloadError(f"the Hub refused {repo_id}: {e}") from e
     except OSError as e:
@@ -95,14 +100,27 @@ def repo_files(repo_id: str, revision: str | None = None, token: str | None = No
     files = []
     for s in info.siblings or []:
         if any(fnmatch(s.rfilename, p) for p in WANTED) and "/" not in s.rfilename:
-            files.append((s.rfilename, s.size or (s.lfs.size if s.lfs else 0), s.lfs.sha256 if s.lfs else None))
+            files.append(
+                (
+                    s.rfilename,
+                    s.size or (s.lfs.size if s.lfs else 0),
+                    s.lfs.sha256 if s.lfs else None,
+                )
+            )
     if not any(f[0].endswith(".safetensors") for f in files):
-        raise DownloadError(f"{repo_id} has no safetensors weights (pickled .bin files are never downloaded)")
+        raise DownloadError(
+            f"{repo_id} has no safetensors weights (pickled .bin files are never downloaded)"
+        )
     return info.sha, files
 
 
-def download(repo_id: str, revision: str | None = None, token: str | None = None, progress=None,
-             cancel: threading.Event | None = None) -> Path:
+def download(
+    repo_id: str,
+    revision: str | None = None,
+    token: str | None = None,
+    progress=None,
+    cancel: threading.Event | None = None,
+) -> Path:
     """Downloads (or completes) repo_id into the HF cache and returns its snapshot folder."""
     commit, files = repo_files(repo_id, revision, token)
     root = _repo_dir(repo_id)
@@ -128,14 +146,16 @@ def download(repo_id: str, revision: str | None = None, token: str | None = None
 
 def _fetch(repo_id, commit, name, size, sha, blob: Path, token, state, total, progress, cancel):
     partial = blob.with_name(blob.name + ".incomplete")
-    for attempt in range(2):  # a file whose hash is wrong is fetched once more, from scratch
+    for _attempt in range(2):  # a file whose hash is wrong is fetched once more, from scratch
         have = partial.stat().st_size if partial.exists() else 0
         if have > size:
             partial.unlink()
             have = 0
         state["done"] += have
         if have < size:
-            _stream(repo_id, commit, name, size, partial, have, token, state, total, progress, cancel)
+            _stream(
+                repo_id, commit, name, size, partial, have, token, state, total, progress, cancel
+            )
         if sha is None or _sha256(partial) == sha:
             partial.replace(blob)
             return
@@ -144,7 +164,9 @@ def _fetch(repo_id, commit, name, size, sha, blob: Path, token, state, total, pr
     raise DownloadError(f"{name} of {repo_id} does not match its sha256 after a second download")
 
 
-def _stream(repo_id, commit, name, size, partial: Path, have: int, token, state, total, progress, cancel):
+def _stream(
+    repo_id, commit, name, size, partial: Path, have: int, token, state, total, progress, cancel
+):
     url = f"{_endpoint()}/{repo_id}/resolve/{commit}/{quote(name)}"
     headers = {"User-Agent": "kwker"}
     if have:
@@ -155,8 +177,12 @@ def _stream(repo_id, commit, name, size, partial: Path, have: int, token, state,
     retries = 0
     while True:
         try:
-            with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=60) as r, \
-                    open(partial, "ab" if have else "wb") as out:
+            with (
+                urllib.request.urlopen(
+                    urllib.request.Request(url, headers=headers), timeout=60
+                ) as r,
+                open(partial, "ab" if have else "wb") as out,
+            ):
                 if have and r.status != 206:  # the server ignored the range: start over
                     out.truncate(0)
                     state["done"] -= have
@@ -169,9 +195,11 @@ def _stream(repo_id, commit, name, size, partial: Path, have: int, token, state,
                         out.flush()
                     except OSError as e:
                         if e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
-                            raise DiskFullError(f"the disk is full while downloading {name} of {repo_id} "
-                                                f"({size - have} more bytes needed); free space and run it "
-                                                f"again to resume") from e
+                            raise DiskFullError(
+                                f"the disk is full while downloading {name} of {repo_id} "
+                                f"({size - have} more bytes needed); free space and run it "
+                                f"again to resume"
+                            ) from e
                         raise
                     have += len(block)
                     state["done"] += len(block)
@@ -179,8 +207,15 @@ def _stream(repo_id, commit, name, size, partial: Path, have: int, token, state,
                     if progress:
                         elapsed = max(time.monotonic() - state["start"], 1e-6)
                         speed = state["fetched"] / elapsed
-                        progress(Progress(name, state["done"], total, speed,
-                                          (total - state["done"]) / speed if speed else None))
+                        progress(
+                            Progress(
+                                name,
+                                state["done"],
+                                total,
+                                speed,
+                                (total - state["done"]) / speed if speed else None,
+                            )
+                        )
             if have >= size:
                 return
             raise ConnectionError("the connection closed early")
@@ -191,7 +226,9 @@ def _stream(repo_id, commit, name, size, partial: Path, have: int, token, state,
         except (ConnectionError, TimeoutError, urllib.error.URLError) as e:
             retries += 1  # network drop: retry from where the file stops
             if retries > 5:
-                raise DownloadError(f"downloading {name} of {repo_id} failed after {retries} tries: {e}") from e
+                raise DownloadError(
+                    f"downloading {name} of {repo_id} failed after {retries} tries: {e}"
+                ) from e
             time.sleep(min(2.0**retries * 0.1, 5.0))
             headers["Range"] = f"bytes={have}-"
 
@@ -207,7 +244,12 @@ def _sha256(path: Path) -> str:
 def search(text: str, limit: int = 20) -> list[str]:
     from huggingface_hub import HfApi
 
-    return [m.id for m in HfApi(endpoint=_endpoint()).list_models(search=text, limit=limit, pipeline_tag=None)]
+    return [
+        m.id
+        for m in HfApi(endpoint=_endpoint()).list_models(
+            search=text, limit=limit, pipeline_tag=None
+        )
+    ]
 
 
 def cached_models() -> list[tuple[str, int, Path]]:
@@ -215,7 +257,9 @@ def cached_models() -> list[tuple[str, int, Path]]:
     from huggingface_hub import constants, scan_cache_dir
 
     try:
-        info = scan_cache_dir(constants.HF_HUB_CACHE)  # the cache in force now (HF_HUB_CACHE may have moved)
+        info = scan_cache_dir(
+            constants.HF_HUB_CACHE
+        )  # the cache in force now (HF_HUB_CACHE may have moved)
     except Exception:  # noqa: BLE001  (no cache yet)
         return []
     out = []

@@ -30,7 +30,9 @@ def gguf_to_folder(gguf: Path, folder: Path) -> Path:
     if (folder / "config.json").exists():
         return folder
     folder.parent.mkdir(parents=True, exist_ok=True)
-    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+    model = AutoModelForCausalLM.from_pretrained(
+        gguf.parent, gguf_file=gguf.name, dtype=torch.float32
+    )
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
     # save_pretrained refuses a model that still carries its GGUF quantizer; the weights are plain float now.
     model.hf_quantizer = None
@@ -46,7 +48,9 @@ def gguf_to_folder(gguf: Path, folder: Path) -> Path:
 
 def _gguf_cache_folder(gguf: Path) -> Path:
     st = gguf.stat()
-    key = hashlib.sha256(f"{gguf.resolve()}|{st.st_size}|{st.st_mtime_ns}".encode()).hexdigest()[:16]
+    key = hashlib.sha256(f"{gguf.resolve()}|{st.st_size}|{st.st_mtime_ns}".encode()).hexdigest()[
+        :16
+    ]
     return cache_dir() / "converted" / f"{gguf.stem}-{key}"
 
 
@@ -54,8 +58,11 @@ def _hub_snapshot(repo_id: str, local_only: bool) -> Path | None:
     from huggingface_hub import snapshot_download
 
     try:
-        path = snapshot_download(repo_id, allow_patterns=["*.json", "*.safetensors", "*.model", "*.txt",
-                                                          "*.jinja"], local_files_only=local_only)
+        path = snapshot_download(
+            repo_id,
+            allow_patterns=["*.json", "*.safetensors", "*.model", "*.txt", "*.jinja"],
+            local_files_only=local_only,
+        )
     except Exception:  # noqa: BLE001  (offline, unknown repo, network: the caller tries the next source)
         return None
     return Path(path) if (Path(path) / "config.json").exists() else None
@@ -95,8 +102,10 @@ def resolve_model(spec: str | None = None, progress=None) -> Path:
         if progress:
             progress(f"converting {gguf.name} (once)")
         return gguf_to_folder(gguf, converted)
-    raise ModelNotFound(f"cannot find model {spec!r}: not a folder or .gguf file, not in the Hugging Face cache, "
-                        "and the Hub could not provide it")
+    raise ModelNotFound(
+        f"cannot find model {spec!r}: not a folder or .gguf file, not in the Hugging Face cache, "
+        "and the Hub could not provide it"
+    )
 
 
 def source_gguf(spec: str | None) -> Path | None:

@@ -1,0 +1,146 @@
+"""`kwker bench`'s entry, and its default run: prefill and generation of kwker and its peers against the
+roofline."""
+
+from __future__ import annotations
+
+import statistics
+
+import torch
+
+from kwker.bench import measure, report
+from kwker.bench.peers import KwkerEngine, peer_engines
+from kwker.precision import canonical, quantized
+
+
+def main(args) -> int:
+    """Runs what `kwker bench`'s parsed arguments ask for and writes --json."""
+    peers = [p.strip() for p in (args.vs or "").split(",") if p.strip()]
+    if args.quality:
+        from kwker import quality
+
+        result = quality.run(args.model, threads=args.threads, peers=peers)
+    elif args.lookup or args.draft:
+        from kwker.bench.speculation import run_speculative
+
+        result = run_speculative(
+            args.model,
+            precision=args.precision,
+            threads=args.threads,
+            draft_spec=args.draft,
+            repeats=args.repeats,
+            draft_precision=args.draft_precision,
+        )
+    elif args.batch:
+        from kwker.bench.batch import run_batch
+
+        result = run_batch(
+            args.model,
+            precision=args.precision,
+            threads=args.threads,
+            batches=[int(b) for b in args.batch.split(",")],
+            tg=args.tg,
+        )
+    else:
+        result = run(
+            args.model,
+            precision=args.precision,
+            threads=args.threads,
+            repeats=args.repeats,
+            pp=args.pp,
+            tg=args.tg,
+            depth=args.depth,
+            peers=peers,
+        )
+    report.write_json(args.json, result)
+    return 0
+
+
+def run(
+    model_spec=None,
+    precision=None,
+    threads=None,
+    repeats=5,
+    pp=512,
+    tg=128,
+    depth=16,
+    peers=(),
+    out=print,
+) -> dict:
+    """pp<pp> and tg<tg> (after `depth` tokens of context) tokens/s of kwker and `peers`, run alternately in
+    one process on the same float32 weights and threads."""
+    from kwker.decode import default_threads
+    from kwker.models.loader import DEFAULT_MODEL, load_model
+
+    threads = threads or default_threads()
+    limits = measure.machine_limits(threads)
+    out(report.machine_line(limits, threads))
+    model, _ = load_model(model_spec, dtype=torch.float32)
+    name = model_spec or DEFAULT_MODEL
+    n_ctx = max(pp, depth) + tg + 32
+    engines = [KwkerEngine(model, precision, threads, n_ctx)]
+    # the model is loaded as float32: its own precision is fp32
+    engines += peer_engines(
+        peers, model, model_spec, canonical(precision) or "fp32", threads, n_ctx, out
+    )
+    out(report.model_line(name, precision, threads, engines[0].bytes_per_token))
+
+    vocab = model.config.vocab_size
+    # the generation test decodes after `depth` tokens of context (llama-bench's tg128 @ d<depth>)
+    pp_tokens, tg_prompt = (
+        measure.prompt_tokens(pp, vocab),
+        measure.prompt_tokens(depth, vocab, seed=1),
+    )
+    pp_name = f"pp{pp}"
+    tg_name = f"tg{tg}" if depth == 16 else f"tg{tg}@d{depth}"
+    is_quantized = quantized(precision)
+    timings = measure.time_engines(
+        engines, pp_tokens, pp_name, tg_prompt, tg, tg_name, repeats, threads, is_quantized
+    )
+    # This shared host's speed drifts by tens of percent over minutes: generation's fraction of the roofline
+    # is its median over the median of the probes taken beside it (the machine line is the best of its probes).
+    bw = statistics.median(timings.probes)
+    out(report.bandwidth_line(timings.probes, bw, threads))
+    # Prefill's ceiling: the multiply-accumulates of the layers' matrices per token at the compute peak of
+    # the precision's kernels, the median of the peaks measured beside the prefill runs.
+    macs = measure.prefill_macs_per_token(model)
+    peak = statistics.median(timings.peaks)
+    kind = "int8" if is_quantized else "fp32"
+    out(report.peak_line(timings.peaks, peak, kind, threads))
+    for line in report.RESULTS_HEADER:
+        out(line)
+    rows = []
+    for r in timings.results.values():
+        line, row = report.result_row(r, macs, bw, peak, kind)
+        out(line)
+        rows.append(row)
+    ratios = {
+        f"{t} kwker/{e.name}": timings.results[("kwker", t)].median
+        / timings.results[(e.name, t)].median
+        for e in engines[1:]
+        for t in (pp_name, tg_name)
+    }
+    for line in report.ratio_lines(ratios):
+        out(line)
+    alone = measure.steady_rss(model_spec, precision, threads)
+    result = {
+        "model": name,
+        "precision": precision or "model dtype",
+        "threads": threads,
+        "machine": limits
+        | {
+            "read_gb_s_beside_runs": timings.probes,
+            "compute_peak_gmac_s_beside_runs": timings.peaks,
+        },
+        "roofline_tg_tokens_per_s": bw * 1e9 / engines[0].bytes_per_token,
+        "results": rows,
+        "ratios": ratios,
+        "rss_mb": {
+            "peak": measure.peak_rss_mb(),
+            "now": measure.current_rss_mb(),
+            "steady_alone": alone["steady"],
+            "peak_alone": alone["peak"],
+        },
+    }
+    for line in report.memory_lines(result, alone):
+        out(line)
+    return result

@@ -1,0 +1,151 @@
+"""`kwker bench --lookup` / `--draft`: greedy tokens/s per task of plain decoding, prompt lookup and a draft
+model, checked to give the same tokens; transformers' and llama.cpp's own prompt lookup as peers."""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import torch
+
+from kwker.bench import report
+from kwker.bench.peers import llama_lookup_peer
+from kwker.precision import DRAFT, canonical
+
+TASKS = {
+    "rewrite": "Fix the typos in this paragraph and return the whole corrected paragraph:\n\n"
+    "The quick brwon fox jumpd over the lazy dog. It was a sunny day and the fox was verry happy. "
+    "After jumping, the fox ran into the forrest, where it met a freindly owl. The owl asked the fox "
+    "where it was going, and the fox said it was looking for its familly. Together they walked "
+    "thru the trees untill the sun went down.",
+    "chat": "Tell me a short story about a dragon who learns to cook.",
+    "code": "Rewrite this function with type hints and a docstring, keeping the logic the same:\n\n"
+    "def area(shape, a, b=None):\n    if shape == 'square':\n        return a * a\n"
+    "    if shape == 'rectangle':\n        return a * b\n    if shape == 'circle':\n"
+    "        return 3.14159 * a * a\n    raise ValueError(shape)\n",
+}
+LOOKUP = 8  # kwker's prompt lookup length (its default)
+PEER_LOOKUP = 10  # transformers' and llama.cpp's prompt_lookup_num_tokens
+
+
+def run_speculative(
+    model_spec=None,
+    precision=None,
+    threads=None,
+    draft_spec=None,
+    max_new_tokens=160,
+    repeats=3,
+    out=print,
+    draft_precision=None,
+) -> dict:
+    """Greedy tokens/s per task: plain decoding, prompt lookup (and the draft model, with draft_spec), checked
+    to give the same tokens; plus transformers' own prompt_lookup_num_tokens on the same task as a peer."""
+    from kwker.decode import KwkDecoder, default_threads
+    from kwker.models.loader import DEFAULT_MODEL, load_model
+
+    threads = threads or default_threads()
+    torch.set_num_threads(threads)
+    model, tokenizer = load_model(model_spec, dtype=torch.float32)
+    dec = KwkDecoder(
+        model, max_cache_len=1024, precision=precision, threads=threads, tokenizer=tokenizer
+    )
+    modes = {"plain": dict(lookup=0), "lookup": dict(lookup=LOOKUP)}
+    if draft_spec:
+        dmodel, dtok = load_model(draft_spec, dtype=torch.float32)
+        draft = KwkDecoder(
+            dmodel,
+            max_cache_len=1024,
+            precision=draft_precision or DRAFT,
+            threads=threads,
+            tokenizer=dtok,
+        )
+        modes["draft"] = dict(lookup=0, draft=draft)
+        modes["lookup+draft"] = dict(lookup=LOOKUP, draft=draft)
+    result = {
+        "model": model_spec or DEFAULT_MODEL,
+        "precision": dec.precision,
+        "threads": threads,
+        "tasks": {},
+    }
+    # transformers' float32 forward of a large target is too slow to be a useful peer beside a draft
+    peers = not draft_spec
+    # the model is loaded as float32: its own precision is fp32
+    llama = (
+        llama_lookup_peer(model_spec, canonical(precision) or "fp32", threads, out)
+        if peers
+        else None
+    )
+    if draft_spec:
+        out(f"draft {draft_spec} at {draft.precision}")
+        result["draft"] = {"model": draft_spec, "precision": draft.precision}
+    for line in report.SPECULATIVE_HEADER:
+        out(line)
+    for task, text in TASKS.items():
+        ids = tokenizer.apply_chat_template(
+            [{"role": "user", "content": text}],
+            add_generation_prompt=True,
+            return_tensors="pt",
+            return_dict=True,
+        )["input_ids"]
+        result["tasks"][task] = time_modes(dec, ids, modes, max_new_tokens, repeats, task, out)
+        if not peers:
+            continue
+        ratio = transformers_lookup_speedup(model, tokenizer, ids, max_new_tokens)
+        out(f"| {task} | transformers prompt lookup | {ratio:.2f}x its own plain decoding |")
+        result["tasks"][task]["transformers_lookup_speedup"] = ratio
+        if llama is not None:
+            ratio, same = llama.lookup_speedup(ids[0].tolist(), max_new_tokens, repeats)
+            out(
+                f"| {task} | llama.cpp prompt lookup ({llama.fmt}) | {ratio:.2f}x its own plain decoding"
+                f"{'' if same else ', and a different text than its plain decoding'} |"
+            )
+            result["tasks"][task]["llama_cpp_lookup"] = {
+                "speedup": ratio,
+                "same_text_as_plain": same,
+            }
+    return result
+
+
+def time_modes(dec, ids, modes: dict, max_new_tokens: int, repeats: int, task: str, out) -> dict:
+    """Median tokens/s of each mode on one prompt (modes alternate, so that machine drifts hit all alike),
+    after checking that every mode gave plain decoding's tokens."""
+    rates, outputs, stats = {m: [] for m in modes}, {}, {}
+    for _ in range(repeats):
+        for mode, kw in modes.items():
+            dec.reset()
+            outputs[mode] = dec.generate(ids, max_new_tokens=max_new_tokens, **kw)
+            stats[mode] = dec.last_stats
+            rates[mode].append(stats[mode].tokens_per_s)
+    for mode in modes:
+        if not torch.equal(outputs[mode], outputs["plain"]):
+            raise AssertionError(f"{mode} changed the output of task {task}")
+    base = statistics.median(rates["plain"])
+    rows = {}
+    for mode in modes:
+        median = statistics.median(rates[mode])
+        out(report.speculative_row(task, mode, median, base, stats[mode]))
+        rows[mode] = {
+            "tokens_per_s": median,
+            "speedup": median / base,
+            "tokens_per_step": stats[mode].tokens_per_step,
+        }
+    return rows
+
+
+def transformers_lookup_speedup(model, tokenizer, ids, max_new_tokens: int) -> float:
+    """How much faster transformers' generate is with its own prompt lookup than without, on the same
+    weights (one run each)."""
+    seconds = []
+    for n in (0, PEER_LOOKUP):
+        kw = dict(prompt_lookup_num_tokens=n) if n else {}
+        t0 = time.perf_counter()
+        model.generate(
+            ids,
+            attention_mask=torch.ones_like(ids),
+            max_new_tokens=max_new_tokens,
+            do_sample=False,
+            pad_token_id=tokenizer.eos_token_id,
+            **kw,
+        )
+        seconds.append(time.perf_counter() - t0)
+    return seconds[0] / seconds[1]

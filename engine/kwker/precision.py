@@ -1,0 +1,141 @@
+"""The one precision table: what each precision is called, shown as, stored in, costs, and is benched against.
+
+A precision says how the weights are stored once loaded (activations are always float32). Every part of Kwker
+reads it from here: the decoder (the native formats), the command line (its choices, parsed before torch
+loads, so this module imports neither torch nor the native module), the app (labels, "Model's own"), the
+model catalog (bytes per weight), `kwker bench` (the GGUF formats llama.cpp runs beside each precision, the
+dtype transformers runs at) and the quality table.
+
+Format names are those of the native module's weight types (`kwker._native.WType.Q4`); the decoder maps them
+there, where it makes the native call.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+AUTO = "auto"  # the model's own precision (its weights' dtype), as the app stores it (transformers' "auto")
+AUTO_LABEL = "Model's own"
+
+
+@dataclass(frozen=True)
+class Format:
+    """A native weight format: `block` weights take `block_bytes` bytes (see native/src/kernels/kernels.h)."""
+
+    name: str  # the member of kwker._native.WType
+    block: int
+    block_bytes: int
+    array: str  # the torch dtype of the array the native loader takes (it quantizes from float32 itself)
+
+    @property
+    def quantized(self) -> bool:
+        return self.block > 1
+
+    @property
+    def bytes_per_weight(self) -> float:
+        return self.block_bytes / self.block
+
+
+FORMATS = {
+    f.name: f
+    for f in (
+        Format("F32", 1, 4, "float32"),
+        Format("BF16", 1, 2, "bfloat16"),
+        Format("F16", 1, 2, "float16"),
+        # blocks of 32 along the input dimension: Q8 = 32 int8 + an fp16 scale (8.5 bits per weight),
+        # Q4 = 32 nibbles + an fp16 scale and min (5 bits)
+        Format("Q8", 32, 34, "float32"),
+        Format("Q4", 32, 20, "float32"),
+    )
+}
+
+
+@dataclass(frozen=True)
+class Precision:
+    name: str
+    # the weights' number type in plain words, also accepted as a name for the precision
+    weights: str
+    label: str  # what the app shows
+    matrices: str  # format of the layers' matrices
+    embeddings: str  # format of the embedding and lm_head
+    # `kwker bench --vs llama.cpp`: the GGUF formats written from the same weights and run beside this
+    # precision; the matrix types of a source GGUF that it holds exactly (then that file runs too, as it
+    # is: both engines read the same bytes); the formats llama.cpp's own quantizer also writes
+    gguf: tuple[str, ...] = ()
+    gguf_kept: frozenset[str] = frozenset()
+    llama_quantize: tuple[str, ...] = ()
+    # the torch dtype of `--vs transformers` at this precision; None: no such peer
+    transformers_dtype: str | None = None
+
+
+# int4 runs against Q4_0 (symmetric, 4.5 bits: the usual llama.cpp peer) and Q4_1 (a scale and a min per
+# block of 32, 5 bits: the same kind of format as kwker's Q4), and against the Q4_0 that llama.cpp's
+# quantizer writes (it keeps a tied embedding whose rows are not a multiple of 256 at Q8_0, as int4 does).
+# fmt: off
+PRECISIONS = {p.name: p for p in (
+    Precision("fp32", weights="float32", label="float32", matrices="F32", embeddings="F32",
+              gguf=("F32",), gguf_kept=frozenset({"F32"}), transformers_dtype="float32"),
+    Precision("bf16", weights="bfloat16", label="bfloat16", matrices="BF16", embeddings="BF16",
+              gguf=("BF16",), gguf_kept=frozenset({"BF16"}), transformers_dtype="bfloat16"),
+    Precision("fp16", weights="float16", label="float16", matrices="F16", embeddings="F16"),
+    Precision("balanced", weights="int8", label="Balanced (int8)", matrices="Q8", embeddings="Q8",
+              gguf=("Q8_0",), gguf_kept=frozenset({"Q8_0"})),
+    Precision("int4", weights="int4", label="int4", matrices="Q4", embeddings="Q8",
+              gguf=("Q4_0", "Q4_1"), gguf_kept=frozenset({"Q4_1", "Q8_0"}), llama_quantize=("Q4_0",)),
+)}
+# fmt: on
+NAMES = tuple(PRECISIONS)
+ALIASES = {p.weights: p.name for p in PRECISIONS.values() if p.weights != p.name}
+
+# What a model is converted to at load to save memory: the app offers these beside the model's own, and the
+# quality table scores them against fp32. fp16 is not among them: it has bf16's bytes with a narrower range
+# (it overflows past 65504), so it runs as a model's own dtype or when asked for by name.
+CONVERSIONS = ("bf16", "balanced", "int4")
+
+# A draft model only proposes; its precision changes how often the target agrees, never the output. int4
+# makes its steps the cheapest, which is what decides whether it pays (perf-notes #1).
+DRAFT = "int4"
+
+
+def canonical(name: str | None) -> str | None:
+    """The precision a name or alias stands for; None for None and AUTO (the model's own). Other names are
+    returned as they are (see `checked`)."""
+    if name == AUTO:
+        return None
+    return ALIASES.get(name, name)
+
+
+def checked(name: str | None) -> str | None:
+    """canonical(name), or a ValueError naming the choices."""
+    precision = canonical(name)
+    if precision is not None and precision not in PRECISIONS:
+        raise ValueError(
+            f"precision must be None, {AUTO!r} or one of {', '.join(map(repr, NAMES))} (or "
+            f"{', '.join(map(repr, ALIASES))}), got {name!r}"
+        )
+    return precision
+
+
+def own_precision(dtype) -> str | None:
+    """The precision of weights of this torch dtype (the dtype or its name); None when kwker has none."""
+    floats = {p.weights: p.name for p in PRECISIONS.values() if not FORMATS[p.matrices].quantized}
+    return floats.get(str(dtype).removeprefix("torch."))
+
+
+def label(name: str | None) -> str:
+    """What the app shows for a precision (AUTO_LABEL for the model's own)."""
+    precision = canonical(name)
+    return AUTO_LABEL if precision is None else PRECISIONS[precision].label
+
+
+def quantized(name: str | None) -> bool:
+    """Whether the layers' matrices are quantized (their matmuls then use int8 dot products)."""
+    precision = canonical(name)
+    return precision is not None and FORMATS[PRECISIONS[precision].matrices].quantized
+
+
+def weight_bytes(name: str | None) -> float:
+    """Bytes per weight of the layers' matrices; 4 (float32, the most a model's own can take) for the
+    model's own precision."""
+    precision = canonical(name)
+    return FORMATS[PRECISIONS[precision].matrices if precision else "F32"].bytes_per_weight
