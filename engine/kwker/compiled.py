@@ -24,9 +24,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from kwker.decode import DEFAULT_LOGIT_ROWS, DEFAULT_STEP_TOKENS, KwkDecoder
-from kwker.precision import canonical, own_precision
+from kwker.generation import StepDecoder
 from kwker.models.cache import cache_dir
+from kwker.precision import canonical, own_precision
+from kwker.runner import DEFAULT_LOGIT_ROWS, DEFAULT_STEP_TOKENS
 
 
 class _StaticCacheForward(torch.nn.Module):
@@ -116,7 +117,7 @@ class CompiledStep:
         started = time.perf_counter()
         if self.compiled_now:
             compile_package(model, max_cache_len, max_step_tokens, self.path)
-        self._run = torch._inductor.aoti_load_package(str(self.path))
+        self._program = torch._inductor.aoti_load_package(str(self.path))
         self.build_seconds = time.perf_counter() - started
         self._logits = None
 
@@ -134,8 +135,8 @@ class CompiledStep:
         if positions[0] < 0 or positions[-1] >= self.max_cache_len:
             raise ValueError(f"positions {positions[0]}..{positions[-1]} outside the cache of {self.max_cache_len}")
         with torch.no_grad():
-            logits = self._run(torch.from_numpy(tokens.astype(np.int64))[None],
-                               torch.from_numpy(positions.astype(np.int64)))
+            logits = self._program(torch.from_numpy(tokens.astype(np.int64))[None],
+                                   torch.from_numpy(positions.astype(np.int64)))
         self._logits = logits[0, torch.from_numpy(np.asarray(out_rows, dtype=np.int64))]
         return self._logits.argmax(dim=-1).numpy().astype(np.int32)
 
@@ -143,9 +144,10 @@ class CompiledStep:
         return self._logits[:rows].numpy()
 
 
-class Decoder(KwkDecoder):
-    """KwkDecoder's interface for any Hugging Face causal LM, on its own forward compiled ahead of time (see the
-    module's doc). `compiled_now` says whether this construction compiled (False: loaded from the disk cache)."""
+class Decoder(StepDecoder):
+    """KwkDecoder's interface for any Hugging Face causal LM: a StepDecoder over a CompiledStep, the model's own
+    forward compiled ahead of time (see the module's doc). `compiled_now` says whether this construction compiled
+    (False: loaded from the disk cache)."""
 
     def __init__(self, model, max_cache_len: int, precision: str | None = None, max_batch: int = 1,
                  max_step_tokens: int = DEFAULT_STEP_TOKENS, tokenizer=None, cache_folder: str | os.PathLike | None = None):
@@ -168,4 +170,4 @@ class Decoder(KwkDecoder):
                             None if cache_folder is None else Path(cache_folder))
         self.compiled_now = step.compiled_now
         self.build_seconds = step.build_seconds
-        self._attach(model, step, own, 1, tokenizer)
+        super().__init__(model, step, own, tokenizer)

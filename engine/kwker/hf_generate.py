@@ -1,9 +1,11 @@
-"""install(model) / uninstall(model): Hugging Face's own `model.generate` with every step on a KwkDecoder.
+"""Hugging Face's own `model.generate` with every step on a decoder: kwker.decode.install(model) builds the decoder
+and attaches it here; uninstall(model) restores the model.
 
 transformers' generate keeps its whole interface (logits processors, sampling, stopping criteria, streamers,
 prompt_lookup_num_tokens); only the model's forward is swapped, for the duration of the call, for one that runs the
 native step over the new tokens at their cache positions. Calls the native step cannot serve run on the model's
-own forward, and `model._kwker_fallback` says why (None when the call ran natively).
+own forward, and `model._kwker_fallback` says why (None when the call ran natively). A call holds the decoder from
+its first step to its last: another thread's generate on the same model waits for it.
 """
 
 from __future__ import annotations
@@ -14,24 +16,16 @@ import functools
 import torch
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
-from kwker.batch import one_torch_thread
+from kwker.scheduler import one_torch_thread
 
 
-def install(model, max_cache_len: int = 2048, precision: str | None = None, threads: int | None = None,
-            draft=None):
-    """Routes model.generate through a KwkDecoder built now (raises ValueError if the model cannot run).
+def installed(model) -> bool:
+    return hasattr(model, "_kwker_original_generate")
 
-    draft: a small model with the same tokenizer; it is installed too and, for greedy calls that name no assistant
-    of their own, passed to transformers' assisted generation as assistant_model (both models then run natively;
-    greedy output is unchanged, as transformers guarantees for assisted greedy decoding)."""
-    from kwker.decode import KwkDecoder
 
-    if hasattr(model, "_kwker_original_generate"):
-        uninstall(model)
-    decoder = KwkDecoder(model, max_cache_len=max_cache_len, precision=precision, threads=threads)
-    if draft is not None:
-        install(draft, max_cache_len=max_cache_len, precision=precision, threads=threads)
-        decoder.check_draft(draft._kwker_decoder)
+def attach(model, decoder, draft=None):
+    """Routes model.generate through `decoder` (built from this model). draft: an installed draft model, passed to
+    transformers' assisted generation as assistant_model for greedy calls that name no assistant of their own."""
     original = model.generate
     model._kwker_decoder = decoder
     model._kwker_original_generate = original
@@ -48,7 +42,8 @@ def install(model, max_cache_len: int = 2048, precision: str | None = None, thre
         model._kwker_fallback = reason
         if reason is not None:
             return original(*args, **kwargs)
-        with _native_forward(model, decoder), one_torch_thread():
+        # held for the whole call: its forward calls continue one text in the decoder's cache
+        with decoder.runner.hold(), _native_forward(model, decoder), one_torch_thread():
             return original(*args, **kwargs)
 
     model.generate = generate

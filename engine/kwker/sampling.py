@@ -15,6 +15,7 @@ vocabulary-wide part is one native pass (softmax_stats); the rest is numpy on th
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -35,18 +36,28 @@ class SamplingParams:
     eos_token_ids: list[int] = field(default_factory=list)
 
     def validate(self) -> None:
-        if self.temperature is not None and not self.temperature > 0:
-            raise ValueError(f"temperature must be a positive number, got {self.temperature}")
-        if self.top_k is not None and (not isinstance(self.top_k, int) or self.top_k < 0):
-            raise ValueError(f"top_k must be a non-negative integer, got {self.top_k}")
-        if self.top_p is not None and not 0.0 < self.top_p <= 1.0:
-            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
-        if self.min_p is not None and not 0.0 <= self.min_p <= 1.0:
-            raise ValueError(f"min_p must be in [0, 1], got {self.min_p}")
-        if self.repetition_penalty is not None and not self.repetition_penalty > 0:
-            raise ValueError(f"repetition_penalty must be a positive number, got {self.repetition_penalty}")
-        if not isinstance(self.min_new_tokens, int) or self.min_new_tokens < 0:
-            raise ValueError(f"min_new_tokens must be a non-negative integer, got {self.min_new_tokens}")
+        _check_number("temperature", self.temperature, "a positive number", lambda v: v > 0)
+        if self.top_k is not None and (not _is_int(self.top_k) or self.top_k < 0):
+            raise ValueError(f"top_k must be a non-negative integer, got {self.top_k!r}")
+        _check_number("top_p", self.top_p, "in (0, 1]", lambda v: 0 < v <= 1)
+        _check_number("min_p", self.min_p, "in [0, 1]", lambda v: 0 <= v <= 1)
+        _check_number("repetition_penalty", self.repetition_penalty, "a positive number", lambda v: v > 0)
+        if not _is_int(self.min_new_tokens) or self.min_new_tokens < 0:
+            raise ValueError(f"min_new_tokens must be a non-negative integer, got {self.min_new_tokens!r}")
+
+
+def _is_int(value) -> bool:
+    """An integer (numpy's too), not a bool."""
+    return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+
+
+def _check_number(name: str, value, rule: str, ok) -> None:
+    """None, or a finite real number (not a bool) for which ok(value) holds; else a ValueError saying `rule`."""
+    if value is None:
+        return
+    real = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
+    if not real or not math.isfinite(value) or not ok(value):
+        raise ValueError(f"{name} must be {rule}, got {value!r}")
 
 
 # Top-p's candidates, widest last: the tokens within CLOSE nats of the most likely one (one cheap pass), else the

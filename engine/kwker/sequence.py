@@ -1,27 +1,26 @@
 """One sequence being generated: what it feeds the next native step (prefill chunk, or its last token plus
-proposals) and what it makes of that step's rows (accept, emit, finish). The single-stream generator, the batch
-and the serving engine all drive sequences through this one mechanism."""
+proposals) and what it makes of that step's rows (verify, accept, emit, finish). The scheduler drives every
+sequence through this one mechanism: the single stream, the batch and the serving engine."""
 
 from __future__ import annotations
 
 import time
 
 from kwker.sampling import Sampler
-from kwker.speculative import Speculator
+from kwker.speculative import Speculator, accept
 from kwker.streaming import GenerationChunk, GenerationStats, StreamingDetokenizer
 
 
 class SequenceState:
-    def __init__(self, prompt: list[int], max_new_tokens: int, sampler: Sampler, spec: Speculator, tokenizer=None,
-                 slot: int = 0, reused: int = 0):
+    def __init__(self, prompt: list[int], max_new_tokens: int, sampler: Sampler, spec: Speculator, tokenizer=None):
         self.prompt = prompt
         self.tokens = list(prompt)  # prompt + emitted tokens
         self.max_new_tokens = max_new_tokens
         self.sampler = sampler
         self.spec = spec
-        self.slot = slot
-        self.prefilled = reused  # prompt tokens whose K/V are in the cache
-        self.stats = GenerationStats(prompt_tokens=len(prompt), reused_prompt_tokens=reused)
+        self.slot: int | None = None  # the runner's slot, from admission (see place)
+        self.prefilled = 0  # prompt tokens whose K/V are in the cache
+        self.stats = GenerationStats(prompt_tokens=len(prompt))
         self.detok = StreamingDetokenizer(tokenizer) if tokenizer is not None else None
         self.eos = set(sampler.params.eos_token_ids)
         self.fast = not sampler.needs_logits  # greedy without processors: the native argmax is the answer
@@ -30,6 +29,11 @@ class SequenceState:
         self._cands: list[int] = []
         self._draft_s = 0.0
         self._first_token_time = 0.0  # when prefill gave the first new token: decoding's wall-clock starts there
+
+    def place(self, slot: int, reused: int) -> None:
+        """The slot the sequence runs in, whose cache already holds the prompt's first `reused` tokens."""
+        self.slot = slot
+        self.prefilled = self.stats.reused_prompt_tokens = reused
 
     @property
     def done(self) -> bool:
@@ -75,16 +79,10 @@ class SequenceState:
                 return []
             self._first_token_time = time.perf_counter()
             return self._emit([self._pick(-1, argmax, logits, [])], 0)
-        new: list[int] = []
         cands = self._cands
-        for row in range(len(cands) + 1):  # accept: keep a proposal iff it is what the target picks there
-            new.append(self._pick(row, argmax, logits, new))
-            if row == len(cands) or new[-1] != cands[row] or new[-1] in self.eos or \
-                    self.stats.new_tokens + len(new) >= self.max_new_tokens:
-                break
-        accepted = 0
+        new = self._verify(argmax, logits)
+        accepted = accept(cands, new)
         if self._source:
-            accepted = len(new) if new == cands[:len(new)] else len(new) - 1
             self.stats.proposed[self._source] = self.stats.proposed.get(self._source, 0) + len(cands)
             self.stats.accepted[self._source] = self.stats.accepted.get(self._source, 0) + accepted
         self.spec.feedback(self._source, len(cands), accepted, n_fed, seconds, new[0])
@@ -92,6 +90,19 @@ class SequenceState:
         self.stats.draft_s += self._draft_s
         self.stats.decode_s = time.perf_counter() - self._first_token_time
         return self._emit(new, accepted)
+
+    def _verify(self, argmax, logits) -> list[int]:
+        """The target's own tokens, row by row, as far as they agree with the proposals: the first one that differs
+        (or ends the text) is the last. Rows past it are not picked, so a sampled row draws its number only when
+        its token is emitted."""
+        new: list[int] = []
+        cands = self._cands
+        for row in range(len(cands) + 1):
+            new.append(self._pick(row, argmax, logits, new))
+            if row == len(cands) or new[-1] != cands[row] or new[-1] in self.eos or \
+                    self.stats.new_tokens + len(new) >= self.max_new_tokens:
+                break
+        return new
 
     def _emit(self, new: list[int], accepted: int) -> list[GenerationChunk]:
         """Emits the verified tokens; the first `accepted` of them were proposals."""

@@ -12,7 +12,7 @@ from collections import deque
 
 import torch
 
-from kwker.batch import DEFAULT_PREFILL_CHUNK, BatchRunner
+from kwker.scheduler import DEFAULT_PREFILL_CHUNK, Scheduler
 from kwker.sequence import SequenceState
 
 
@@ -55,7 +55,7 @@ class ServingEngine:
         self.decoder = decoder
         self.tokenizer = tokenizer
         self.max_queue = max_queue
-        self._runner = BatchRunner(decoder, prefill_chunk)
+        self.prefill_chunk = prefill_chunk
         self._waiting: deque[Request] = deque()
         self._wake = threading.Condition()
         self._stop = False
@@ -84,7 +84,7 @@ class ServingEngine:
 
     def submit(self, prompt, max_new_tokens: int = 128, **options) -> Request:
         """Queues a request (token ids) and returns its handle; bad options raise here, in the caller's thread."""
-        ids = self.decoder._check_ids(prompt)
+        ids = self.decoder.token_ids(prompt)
         seq = self.decoder.new_sequence(ids, max_new_tokens, tokenizer=self.tokenizer, **options)
         req = Request(seq)
         with self._wake:
@@ -95,48 +95,68 @@ class ServingEngine:
         return req
 
     def _loop(self) -> None:
-        active: list[Request] = []
-        free = list(range(self.decoder.max_batch))[::-1]
+        """Waits for requests; while any are active, holds the decoder (direct calls on it wait) and steps them."""
+        scheduler = Scheduler(self.decoder.runner, self.prefill_chunk)
+        requests: dict[int, Request] = {}  # id(seq) -> its request, for the active ones
+        try:
+            while self._wait_for_work():
+                with self.decoder.runner.hold():
+                    try:
+                        self._serve_until_idle(scheduler, requests)
+                    finally:
+                        scheduler.close()  # stopped (or failed) with requests still running: free their slots
+        finally:
+            for req in list(requests.values()) + list(self._waiting):
+                req._chunks.put(None)
 
-        def finish(req: Request, item=None):
-            active.remove(req)
-            free.append(req.seq.slot)
-            req.finish_reason = req.seq.finish_reason
-            if item is not None:
-                req._chunks.put(item)
-            req._chunks.put(None)
+    def _wait_for_work(self) -> bool:
+        """Blocks until a request waits (True) or the engine stops (False)."""
+        with self._wake:
+            while not self._stop and not self._waiting:
+                self._wake.wait()
+            return not self._stop
 
+    def _serve_until_idle(self, scheduler: Scheduler, requests: dict[int, Request]) -> None:
+        """Admit, step, retire, until no request is active or waiting, or the engine stops."""
         while True:
             with self._wake:
-                while not self._stop and not self._waiting and not active:
-                    self._wake.wait()
                 if self._stop:
-                    break
-                while self._waiting and free:
+                    return
+                while self._waiting and (scheduler.has_room or not scheduler.active):
                     req = self._waiting.popleft()
-                    req.seq.slot = free.pop()
-                    self.decoder._cached[req.seq.slot] = []
-                    active.append(req)
-            for req in [r for r in active if r.cancelled]:
+                    try:
+                        scheduler.admit(req.seq)
+                    except RuntimeError as e:  # no slot at all: this decoder's slots are held elsewhere
+                        _end(req, e)
+                        continue
+                    requests[id(req.seq)] = req
+            for req in [r for r in requests.values() if r.cancelled]:
                 req.seq.cancel()
-                finish(req)
-            if not active:
-                continue
-            by_seq = {id(r.seq): r for r in active}
+                scheduler.retire(req.seq)
+                _end(requests.pop(id(req.seq)))
+            if not scheduler.active:
+                return
             try:
-                results = self._runner.step([r.seq for r in active])
+                results = scheduler.step()
             except Exception as e:  # noqa: BLE001  (a failed step ends its requests, not the server)
-                for req in list(active):
-                    finish(req, e)
+                scheduler.close()
+                for key in list(requests):
+                    _end(requests.pop(key), e)
                 continue
             for seq, chunks in results:
-                req = by_seq[id(seq)]
+                req = requests[id(seq)]
                 for c in chunks:
                     req._chunks.put(c)
-                if seq.done:
-                    finish(req)
-        for req in list(active) + list(self._waiting):
-            req._chunks.put(None)
+                if seq.done:  # the scheduler retired it
+                    _end(requests.pop(id(seq)))
+
+
+def _end(req: Request, error: BaseException | None = None) -> None:
+    """Ends a request's stream (after the error, if any)."""
+    req.finish_reason = req.seq.finish_reason
+    if error is not None:
+        req._chunks.put(error)
+    req._chunks.put(None)
 
 
 # ------------------------------------------------------------------------------------------ OpenAI-compatible HTTP
@@ -164,7 +184,8 @@ def _sampling(body: dict) -> dict:
 
 
 def create_app(engine: ServingEngine, model_name: str, api_key: str | None = None):
-    from fastapi import FastAPI, Request as HttpRequest
+    from fastapi import FastAPI
+    from fastapi import Request as HttpRequest
     from fastapi.responses import JSONResponse, StreamingResponse
     from starlette.concurrency import run_in_threadpool
 

@@ -1,9 +1,10 @@
 """Exact speculative decoding as named parts: propose -> verify -> accept -> rollback.
 
-Proposers suggest the next tokens; the target checks them all in ONE native step (the kernels are batch-invariant,
-so each row's logits are the bits a plain step would give); a proposed token is kept iff it equals the token the
-target itself picks at that position (argmax, or the sample drawn with that position's one uniform number); the
-KV cache keeps the verified prefix and the rest is overwritten later. So the output never depends on proposals.
+Proposers suggest the next tokens (propose); the target runs them all in ONE native step (verify: the kernels are
+batch-invariant, so each row's logits are the bits a plain step would give); a proposed token is kept iff it equals
+the token the target itself picks at that position (accept: argmax, or the sample drawn with that position's one
+uniform number); the slot's cache forgets the rejected tail (rollback: Runner.trim) and the next step overwrites
+it. So the output never depends on proposals.
 
 Sources, and how they combine: prompt lookup (free: copies the continuation of the latest earlier match of the
 text's last n-gram) and the draft model each propose as their record of accepted tokens and their cost promise;
@@ -15,6 +16,15 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+
+
+def accept(candidates: list[int], picks: list[int]) -> int:
+    """How many proposed tokens are kept: the run of candidates, from the first, that equals the target's own picks
+    (picks[i]: the token the target chooses after the text and candidates[:i])."""
+    n = 0
+    while n < len(candidates) and n < len(picks) and candidates[n] == picks[n]:
+        n += 1
+    return n
 
 
 class LookupProposer:
@@ -64,7 +74,8 @@ CATCH_UP_TIMED = 4  # a draft call that first catches up on more tokens than thi
 
 
 class DraftProposer:
-    """A small model of the same tokenizer proposes k tokens greedily; its KV cache follows the verified text."""
+    """A small model of the same tokenizer proposes the k tokens its greedy decoding would add. Its slot 0 follows
+    the verified text: each proposal first catches up on the tokens its cache does not hold yet."""
 
     name = "draft"
 
@@ -73,8 +84,24 @@ class DraftProposer:
         self.behind = 0  # tokens the draft had to catch up on before its latest proposal
 
     def propose(self, tokens: list[int], k: int) -> list[int]:
-        self.behind = len(tokens) - self.draft._reusable_prefix(tokens)
-        return self.draft.greedy_continuation(tokens, k)
+        runner = self.draft.runner
+        k = min(k, runner.max_cache_len - len(tokens))
+        if k <= 0:
+            return []
+        with runner.hold():
+            slot = runner.acquire(0)
+            try:
+                reuse = runner.reusable_prefix(slot, tokens)
+                runner.trim(slot, runner.cached_len(slot) - reuse)
+                self.behind = len(tokens) - reuse
+                out: list[int] = []
+                feed, start = tokens[reuse:], reuse  # first the catch-up, then each new token
+                while len(out) < k:
+                    out.append(runner.extend_slot(slot, start, feed, logits=False).argmax[-1])
+                    feed, start = out[-1:], start + len(feed)
+            finally:
+                runner.release(slot)
+        return out
 
 
 @dataclass

@@ -1,9 +1,9 @@
 """install(model): Hugging Face's generate keeps its interface and runs every step natively."""
 
 import torch
+from helpers import tiny_llama
 from transformers import StoppingCriteria, StoppingCriteriaList, TextStreamer
 
-from helpers import tiny_llama
 from kwker.decode import install, uninstall
 
 PROMPT = torch.tensor([[4, 8, 15, 16, 23, 42]])
@@ -38,8 +38,9 @@ def test_install_gives_the_same_tokens_and_keeps_streamers_and_stopping():
     plain = greedy(model, min_new_tokens=12)
     install(model, max_cache_len=64)
     calls = []
-    original_run = model._kwker_decoder._run
-    model._kwker_decoder._run = lambda *a, **k: (calls.append(1), original_run(*a, **k))[1]
+    runner = model._kwker_decoder.runner
+    original_extend = runner.extend
+    runner.extend = lambda *a, **k: (calls.append(1), original_extend(*a, **k))[1]
     assert torch.equal(greedy(model, min_new_tokens=12), plain)
     assert model._kwker_fallback is None and len(calls) >= 12
     streamer = CountingStreamer()
@@ -78,8 +79,9 @@ def test_install_with_a_draft_runs_assisted_generation_natively():
     plain = greedy(model, min_new_tokens=12)
     install(model, max_cache_len=64, draft=small)
     calls = []
-    original_run = small._kwker_decoder._run
-    small._kwker_decoder._run = lambda *a, **k: (calls.append(1), original_run(*a, **k))[1]
+    runner = small._kwker_decoder.runner
+    original_extend = runner.extend
+    runner.extend = lambda *a, **k: (calls.append(1), original_extend(*a, **k))[1]
     assert torch.equal(greedy(model, min_new_tokens=12), plain)
     assert model._kwker_fallback is None and calls  # the draft proposed, natively
     uninstall(model)
@@ -92,15 +94,16 @@ def test_torch_runs_one_thread_during_a_native_generate_and_is_restored():
     model = tiny_llama(hidden=64, heads=2, kv_heads=1, inter=96)
     install(model, max_cache_len=64)
     seen = []
-    original_run = model._kwker_decoder._run
-    model._kwker_decoder._run = lambda *a, **k: (seen.append(torch.get_num_threads()), original_run(*a, **k))[1]
+    runner = model._kwker_decoder.runner
+    original_extend = runner.extend
+    runner.extend = lambda *a, **k: (seen.append(torch.get_num_threads()), original_extend(*a, **k))[1]
     before = torch.get_num_threads()
     torch.set_num_threads(2)
     try:
         greedy(model)
         assert seen and set(seen) == {1}
         assert torch.get_num_threads() == 2
-        model._kwker_decoder._run = lambda *a, **k: (_ for _ in ()).throw(RuntimeError("step failed"))
+        runner.extend = lambda *a, **k: (_ for _ in ()).throw(RuntimeError("step failed"))
         try:
             greedy(model)
         except RuntimeError as e:

@@ -68,7 +68,7 @@ model = tiny_llama(layers=4, heads=4, kv_heads=4, hidden=256, max_pos=4096)
 r = {"before": advised_kb()}
 dec = KwkDecoder(model, max_cache_len=256, precision="int4")
 r["built"] = advised_kb()
-r["weight_kb"] = dec._step.weight_bytes_per_token / 1024
+r["weight_kb"] = dec.weight_bytes_per_token / 1024
 del dec
 gc.collect()
 r["dropped"] = advised_kb()
