@@ -145,9 +145,9 @@ class CompiledStep:
 
 
 class Decoder(StepDecoder):
-    """KwkDecoder's interface for any Hugging Face causal LM: a StepDecoder over a CompiledStep, the model's own
-    forward compiled ahead of time (see the module's doc). `compiled_now` says whether this construction compiled
-    (False: loaded from the disk cache)."""
+    """KwkDecoder's interface for any Hugging Face causal LM: a StepDecoder over a CompiledStep,
+    the model's own forward compiled ahead of time (see the module's doc). `compiled_now` says
+    whether this construction compiled (False: loaded from the disk cache)."""
 
     def __init__(self, model, max_cache_len: int, precision: str | None = None, max_batch: int = 1,
                  max_step_tokens: int = DEFAULT_STEP_TOKENS, tokenizer=None, cache_folder: str | os.PathLike | None = None):

@@ -7,8 +7,9 @@ Weights are copied once, at construction, into native buffers in the chosen prec
 needs only the model's config (the float model can be freed). The KV cache is preallocated to max_cache_len and
 reused between calls whose prompt extends the previous text, so a chat turn reads only its new tokens.
 
-KwkDecoder builds the native step; the generation API over it is StepDecoder's (kwker.generation). Also here:
-install / uninstall (model.generate on a KwkDecoder, kwker.hf_generate) and kwker.compiled.Decoder.
+KwkDecoder builds the native step; the generation API over it is StepDecoder's (kwker.generation).
+Also here: install / uninstall (model.generate on a KwkDecoder, see kwker.hf_generate) and
+kwker.compiled.Decoder.
 """
 
 from __future__ import annotations
@@ -115,14 +116,15 @@ class KwkDecoder(StepDecoder):
         super().__init__(model, step, precision, tokenizer)
 
 
-def install(model, max_cache_len: int = 2048, precision: str | None = None, threads: int | None = None,
-            draft=None):
-    """Routes model.generate through a KwkDecoder built now (raises ValueError if the model cannot run); see
-    kwker.hf_generate. uninstall(model) undoes it.
+def install(model, max_cache_len: int = 2048, precision: str | None = None,
+            threads: int | None = None, draft=None):
+    """Routes model.generate through a KwkDecoder built now (raises ValueError if the model cannot
+    run); see kwker.hf_generate. uninstall(model) undoes it.
 
-    draft: a small model with the same tokenizer; it is installed too and, for greedy calls that name no assistant
-    of their own, passed to transformers' assisted generation as assistant_model (both models then run natively;
-    greedy output is unchanged, as transformers guarantees for assisted greedy decoding)."""
+    draft: a small model with the same tokenizer; it is installed too and, for greedy calls that
+    name no assistant of their own, passed to transformers' assisted generation as assistant_model
+    (both models then run natively; greedy output is unchanged, as transformers guarantees for
+    assisted greedy decoding)."""
     if installed(model):
         uninstall(model)
     decoder = KwkDecoder(model, max_cache_len=max_cache_len, precision=precision, threads=threads)

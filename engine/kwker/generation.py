@@ -1,9 +1,10 @@
-"""StepDecoder: the generation API (generate, stream_generate, generate_batch, forward) over a step object.
+"""StepDecoder: the generation API (generate, stream_generate, generate_batch, forward) over a step.
 
-A decoder is a step plus the model's config: KwkDecoder (kwker.decode) packs a model's weights into the native step,
-kwker.compiled.Decoder runs the model's own forward compiled ahead of time; both are StepDecoders over a Runner,
-which owns the step and what each slot of its cache holds. Calls on one decoder from several threads take turns: a
-generation holds the runner from its first step to its last (see Runner.hold).
+A decoder is a step plus the model's config: KwkDecoder (kwker.decode) packs a model's weights into
+the native step, kwker.compiled.Decoder runs the model's own forward compiled ahead of time; both
+are StepDecoders over a Runner, which owns the step and what each slot of its cache holds. Calls on
+one decoder from several threads take turns: a generation holds the runner from its first step to
+its last (see Runner.hold).
 """
 
 from __future__ import annotations
@@ -20,18 +21,19 @@ from kwker.sequence import SequenceState
 from kwker.speculative import DraftProposer, LookupProposer, Speculator, StepCosts
 from kwker.streaming import GenerationChunk
 
-ID_DTYPES = (torch.int32, torch.int64)  # what an id tensor may hold; narrower or wider types are refused, not cast
+ID_DTYPES = (torch.int32, torch.int64)  # an id tensor's dtypes; others are refused, never cast
 
 
 def token_ids(input_ids, vocab_size: int) -> list[int]:
-    """One sequence of token ids as a list of ints: a tensor of shape (1, T) or (T,) of int32/int64, or a list of
-    ints. Raises TypeError / ValueError naming what is wrong."""
+    """One sequence of token ids as a list of ints: a tensor of shape (1, T) or (T,) of int32 or
+    int64, or a list of ints. Raises TypeError / ValueError naming what is wrong."""
     if isinstance(input_ids, torch.Tensor):
         ids = _tensor_ids(input_ids)
     elif isinstance(input_ids, (list, tuple)):
         ids = _list_ids(input_ids)
     else:
-        raise TypeError(f"input_ids must be a torch tensor or a list of token ids, got {type(input_ids).__name__}")
+        raise TypeError("input_ids must be a torch tensor or a list of token ids, got "
+                        f"{type(input_ids).__name__}")
     if not ids:
         raise ValueError("input_ids is empty: the prompt needs at least one token")
     bad = [t for t in ids if not 0 <= t < vocab_size]
@@ -42,7 +44,8 @@ def token_ids(input_ids, vocab_size: int) -> list[int]:
 
 def _tensor_ids(t: torch.Tensor) -> list[int]:
     if t.dtype not in ID_DTYPES:
-        raise TypeError(f"input_ids must be an integer tensor of dtype torch.int32 or torch.int64, got {t.dtype}")
+        raise TypeError("input_ids must be an integer tensor of dtype torch.int32 or torch.int64, "
+                        f"got {t.dtype}")
     if t.dim() == 2:
         if t.shape[0] != 1:
             raise ValueError(f"generate takes one sequence (input_ids of shape (1, T)), got shape "
@@ -61,13 +64,13 @@ def _list_ids(ids) -> list[int]:
         ids = list(ids[0])
     if not all(isinstance(t, (int, np.integer)) and not isinstance(t, bool) for t in ids):
         raise TypeError("input_ids must contain integer token ids")
-    return [int(t) for t in ids]  # numpy integers as Python ints: the vocabulary check sees their true value
+    return [int(t) for t in ids]  # numpy's as Python ints: the vocabulary check sees their value
 
 
 class StepDecoder:
     def __init__(self, model, step, precision: str, tokenizer=None):
-        """model: the Hugging Face model whose config (and generation_config) this decoder follows; step: an object
-        with the native Model's interface (see Runner)."""
+        """model: the Hugging Face model whose config (and generation_config) this decoder follows;
+        step: an object with the native Model's interface (see Runner)."""
         self.config = model.config
         self.generation_config = getattr(model, "generation_config", None)
         self.precision = precision
@@ -76,10 +79,10 @@ class StepDecoder:
         self.runner = Runner(step)
         self.max_cache_len = self.runner.max_cache_len
         self.max_batch = self.runner.n_slots
-        self._solo_costs = StepCosts()  # what the sequences run alone measured, for their speculation
+        self._solo_costs = StepCosts()  # measured by the sequences run alone, for their speculation
         self.last_stats = None  # GenerationStats of the latest stream
 
-    # ----------------------------------------------------------------------------------------------- info
+    # ------------------------------------------------------------------------------------ info
     @property
     def isa(self) -> str:
         return self.runner.isa
@@ -97,19 +100,20 @@ class StepDecoder:
         with self.runner.hold():
             self.runner.reset()
 
-    # ------------------------------------------------------------------------------------------- forward
+    # --------------------------------------------------------------------------------- forward
     @torch.no_grad()
     def forward(self, input_ids, start: int = 0, logits: str = "all") -> torch.Tensor:
-        """Logits float32 of input_ids placed at positions start.. of the cached text (start=0: a fresh
-        sequence): (T, vocab) for logits="all", (1, vocab) for "last". Tokens before `start` must be the ones
-        already cached."""
+        """Logits float32 of input_ids placed at positions start.. of the cached text (start=0: a
+        fresh sequence): (T, vocab) for logits="all", (1, vocab) for "last". Tokens before `start`
+        must be the ones already cached."""
         if logits not in ("all", "last"):
             raise ValueError(f"logits must be 'all' or 'last', got {logits!r}")
         ids = self.token_ids(input_ids)
         if not isinstance(start, int) or isinstance(start, bool) or start < 0:
             raise ValueError(f"start must be a non-negative integer, got {start!r}")
         if start + len(ids) > self.max_cache_len:
-            raise ValueError(f"{start} + {len(ids)} tokens exceed max_cache_len {self.max_cache_len}")
+            raise ValueError(
+                f"{start} + {len(ids)} tokens exceed max_cache_len {self.max_cache_len}")
         runner = self.runner
         with runner.hold():
             slot = runner.acquire(0)
@@ -122,7 +126,7 @@ class StepDecoder:
             finally:
                 runner.release(slot)
 
-    # ---------------------------------------------------------------------------------------- generation
+    # ------------------------------------------------------------------------------ generation
     def token_ids(self, input_ids) -> list[int]:
         """The prompt as a list of ints (TypeError / ValueError on bad input; see token_ids)."""
         return token_ids(input_ids, self.vocab_size)
@@ -139,36 +143,42 @@ class StepDecoder:
                 eos_token_id = getattr(self.config, "eos_token_id", None)
         if eos_token_id is None:
             return []
-        return [int(eos_token_id)] if isinstance(eos_token_id, int) else [int(t) for t in eos_token_id]
+        if isinstance(eos_token_id, int):
+            return [int(eos_token_id)]
+        return [int(t) for t in eos_token_id]
 
     def stream_generate(self, input_ids, max_new_tokens: int = 20, *, tokenizer=None,
                         **options) -> Iterator[GenerationChunk]:
-        """Yields one GenerationChunk per new token. Closing the generator stops generation; the KV cache keeps
-        everything verified so far, so the next call continues from it. From its first step to its end (or
-        close) the stream holds the decoder: other threads' calls wait.
+        """Yields one GenerationChunk per new token. Closing the generator stops generation; the
+        KV cache keeps everything verified so far, so the next call continues from it. From its
+        first step to its end (or close) the stream holds the decoder: other threads' calls wait.
 
-        Options: do_sample, temperature, top_k, top_p, min_p, repetition_penalty, min_new_tokens, eos_token_id,
-        generator (transformers' meanings); lookup=N proposes up to N tokens per step by prompt lookup (default 8,
-        0 turns it off); draft= a KwkDecoder of a small model with the same tokenizer proposes too: each step takes
-        the source that expects more tokens per unit of time (the draft where lookup finds nothing). Neither changes
-        the output."""
+        Options: do_sample, temperature, top_k, top_p, min_p, repetition_penalty, min_new_tokens,
+        eos_token_id, generator (transformers' meanings); lookup=N proposes up to N tokens per
+        step by prompt lookup (default 8, 0 turns it off); draft= a KwkDecoder of a small model
+        with the same tokenizer proposes too: each step takes the source that expects more tokens
+        per unit of time (the draft where lookup finds nothing). Neither changes the output."""
         seq = self.new_sequence(self.token_ids(input_ids), max_new_tokens, tokenizer=tokenizer,
                                 costs=self._solo_costs, **options)
         return self._drive(seq)
 
     def new_sequence(self, prompt: list[int], max_new_tokens: int, *, do_sample: bool = False,
-                     temperature: float | None = None, top_k: int | None = None, top_p: float | None = None,
-                     min_p: float | None = None, repetition_penalty: float | None = None, min_new_tokens: int = 0,
-                     eos_token_id: int | list[int] | None = None, generator: torch.Generator | None = None,
-                     lookup: int = 8, draft: StepDecoder | None = None, tokenizer=None,
+                     temperature: float | None = None, top_k: int | None = None,
+                     top_p: float | None = None, min_p: float | None = None,
+                     repetition_penalty: float | None = None, min_new_tokens: int = 0,
+                     eos_token_id: int | list[int] | None = None,
+                     generator: torch.Generator | None = None, lookup: int = 8,
+                     draft: StepDecoder | None = None, tokenizer=None,
                      costs: StepCosts | None = None) -> SequenceState:
-        """A validated sequence to generate (raises ValueError/TypeError on bad options). costs: what earlier
-        sequences measured, shared with this one's speculation (see StepCosts)."""
-        if not isinstance(max_new_tokens, int) or isinstance(max_new_tokens, bool) or max_new_tokens < 1:
+        """A validated sequence to generate (raises ValueError/TypeError on bad options). costs:
+        what earlier sequences measured, shared with this one's speculation (see StepCosts)."""
+        if not isinstance(max_new_tokens, int) or isinstance(max_new_tokens, bool) or \
+                max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be a positive integer, got {max_new_tokens!r}")
-        if len(prompt) + max_new_tokens > self.max_cache_len:
+        total = len(prompt) + max_new_tokens
+        if total > self.max_cache_len:
             raise ValueError(f"prompt of {len(prompt)} tokens + max_new_tokens {max_new_tokens} = "
-                             f"{len(prompt) + max_new_tokens} tokens exceeds max_cache_len {self.max_cache_len}")
+                             f"{total} tokens exceeds max_cache_len {self.max_cache_len}")
         if not isinstance(lookup, int) or isinstance(lookup, bool) or lookup < 0:
             raise ValueError(f"lookup must be a non-negative integer, got {lookup!r}")
         if draft is not None:
@@ -185,18 +195,18 @@ class StepDecoder:
         )
         sampler = Sampler(params, len(prompt), generator)  # validates the options
         spec = Speculator(LookupProposer() if lookup > 0 else None,
-                          DraftProposer(draft) if draft is not None else None, lookup_max=max(lookup, 1),
-                          costs=costs)
+                          DraftProposer(draft) if draft is not None else None,
+                          lookup_max=max(lookup, 1), costs=costs)
         return SequenceState(prompt, max_new_tokens, sampler, spec, tokenizer)
 
     def check_draft(self, draft: StepDecoder) -> None:
-        """A draft must speak the target's tokenizer: the same vocabulary size and special tokens (and the same
-        vocabulary, when both decoders were given their tokenizer)."""
+        """A draft must speak the target's tokenizer: the same vocabulary size and special tokens
+        (and the same vocabulary, when both decoders were given their tokenizer)."""
         if not isinstance(draft, StepDecoder):
             raise TypeError(f"draft must be a KwkDecoder, got {type(draft).__name__}")
         if draft is self:
-            raise ValueError("a decoder cannot draft for itself (its one cache holds the text being verified); "
-                             "use a second decoder of the same model")
+            raise ValueError("a decoder cannot draft for itself (its one cache holds the text "
+                             "being verified); use a second decoder of the same model")
         problems = []
         if self.vocab_size != draft.vocab_size:
             problems.append(f"vocabulary sizes differ ({self.vocab_size} vs {draft.vocab_size})")
@@ -208,12 +218,14 @@ class StepDecoder:
                 self.tokenizer.get_vocab() != draft.tokenizer.get_vocab():
             problems.append("the tokenizers' vocabularies differ")
         if problems:
-            raise ValueError("the draft model does not share the target's tokenizer: " + "; ".join(problems))
+            raise ValueError("the draft model does not share the target's tokenizer: "
+                             + "; ".join(problems))
 
     def _drive(self, seq: SequenceState) -> Iterator[GenerationChunk]:
-        """Runs one sequence in slot 0 (whose cache keeps the previous call's text for reuse) to its end, through
-        the same scheduler as batches: the prompt in chunks of the step size, then propose -> one native step ->
-        accept -> rollback -> emit. Holds the runner throughout; closing the generator lets it go."""
+        """Runs one sequence in slot 0 (whose cache keeps the previous call's text, for reuse) to
+        its end, through the same scheduler as batches: the prompt in chunks of the step size, then
+        propose -> one native step -> accept -> rollback -> emit. Holds the runner throughout;
+        closing the generator lets it go."""
         with self.runner.hold():
             scheduler = Scheduler(self.runner, prefill_chunk=self.runner.max_step_tokens)
             scheduler.admit(seq, slot=0)
@@ -227,16 +239,20 @@ class StepDecoder:
 
     def generate_batch(self, prompts, max_new_tokens: int = 20, *, generator=None, tokenizer=None,
                        prefill_chunk: int = DEFAULT_PREFILL_CHUNK, **options) -> list[torch.Tensor]:
-        """Several prompts decoded together, up to max_batch per step; each gets exactly the tokens it gets alone.
-        Returns a list of 1-D tensors (prompt + new tokens), in the prompts' order. Options as for generate;
-        for sampling, generator= takes a list with one generator per prompt."""
+        """Several prompts decoded together, up to max_batch per step; each gets exactly the tokens
+        it gets alone. Returns a list of 1-D tensors (prompt + new tokens), in the prompts' order.
+        Options as for generate; for sampling, generator= takes a list with one generator per
+        prompt."""
         if isinstance(prompts, torch.Tensor) and prompts.dim() == 2:
             prompts = list(prompts)
         prompts = [self.token_ids(p) for p in prompts]
         if isinstance(generator, torch.Generator) and len(prompts) > 1:
-            raise ValueError("pass one generator per prompt (a list), so that each sequence samples what it "
-                             "would alone")
-        generators = list(generator) if isinstance(generator, (list, tuple)) else [generator] * len(prompts)
+            raise ValueError("pass one generator per prompt (a list), so that each sequence "
+                             "samples what it would alone")
+        if isinstance(generator, (list, tuple)):
+            generators = list(generator)
+        else:
+            generators = [generator] * len(prompts)
         if len(generators) != len(prompts):
             raise ValueError(f"{len(generators)} generators for {len(prompts)} prompts")
         seqs = [self.new_sequence(p, max_new_tokens, generator=g, tokenizer=tokenizer, **options)
@@ -246,7 +262,8 @@ class StepDecoder:
         return [torch.tensor(seq.tokens, dtype=torch.long) for seq in seqs]
 
     def generate(self, input_ids, max_new_tokens: int = 20, **kwargs) -> torch.Tensor:
-        """Prompt + new tokens, shape (1, T + n), like transformers' generate. Greedy unless do_sample=True."""
+        """Prompt + new tokens, shape (1, T + n), like transformers' generate. Greedy unless
+        do_sample=True."""
         prompt = self.token_ids(input_ids)
         new = [c.token for c in self.stream_generate(prompt, max_new_tokens, **kwargs)]
         return torch.tensor([prompt + new], dtype=torch.long)

@@ -1,11 +1,11 @@
-"""Hugging Face's own `model.generate` with every step on a decoder: kwker.decode.install(model) builds the decoder
-and attaches it here; uninstall(model) restores the model.
+"""Hugging Face's own `model.generate` with every step on a decoder: kwker.decode.install(model)
+builds the decoder and attaches it here; uninstall(model) restores the model.
 
 transformers' generate keeps its whole interface (logits processors, sampling, stopping criteria, streamers,
 prompt_lookup_num_tokens); only the model's forward is swapped, for the duration of the call, for one that runs the
 native step over the new tokens at their cache positions. Calls the native step cannot serve run on the model's
-own forward, and `model._kwker_fallback` says why (None when the call ran natively). A call holds the decoder from
-its first step to its last: another thread's generate on the same model waits for it.
+own forward, and `model._kwker_fallback` says why (None when the call ran natively). A call holds
+the decoder from its first step to its last: another thread's generate on the model waits for it.
 """
 
 from __future__ import annotations
@@ -24,8 +24,9 @@ def installed(model) -> bool:
 
 
 def attach(model, decoder, draft=None):
-    """Routes model.generate through `decoder` (built from this model). draft: an installed draft model, passed to
-    transformers' assisted generation as assistant_model for greedy calls that name no assistant of their own."""
+    """Routes model.generate through `decoder` (built from this model). draft: an installed draft
+    model, passed to transformers' assisted generation as assistant_model for greedy calls that
+    name no assistant of their own."""
     original = model.generate
     model._kwker_decoder = decoder
     model._kwker_original_generate = original

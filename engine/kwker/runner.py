@@ -1,28 +1,29 @@
-"""Runner: the one owner of a decoder's step (the native Model, or anything with its interface) and of the record of
-what each slot of its KV cache holds.
+"""Runner: the one owner of a decoder's step (the native Model, or anything with its interface) and
+of the record of what each slot of its KV cache holds.
 
     runner = Runner(step)
-    with runner.hold():                            # one generation at a time: other threads wait their turn
-        slot = runner.acquire()                    # a free slot, its record cleared
-        with runner.lock:                          # the step, and the read of its logits
+    with runner.hold():                    # one generation at a time: other threads wait their turn
+        slot = runner.acquire()            # a free slot, its record cleared
+        with runner.lock:                  # the step, and the read of its logits
             rows, = runner.extend([Feed(slot, 0, prompt, "last")])
-            first = rows.argmax[-1]                # rows.logits: (1, vocab), valid until the next step
+            first = rows.argmax[-1]        # rows.logits: (1, vocab), valid until the next step
         ...
-        runner.trim(slot, 3)                       # speculation's rollback: forget the 3 rejected tokens
+        runner.trim(slot, 3)               # speculation's rollback: forget 3 rejected tokens
         runner.release(slot)
 
-A slot's record is the list of tokens whose K/V the slot's cache holds, position by position. It changes only
-here: extend appends what a step ran, trim drops a tail that is no longer wanted, acquire clears it or keeps it for
-the next text that shares its prefix. The native cache is never cleared: positions past the record are stale, and
-the step that next writes them overwrites them.
+A slot's record is the list of tokens whose K/V the slot's cache holds, position by position. It
+changes only here: extend appends what a step ran, trim drops a tail that is no longer wanted,
+acquire clears it or keeps it for the next text that shares its prefix. The native cache is never
+cleared: positions past the record are stale, and the step that next writes them overwrites them.
 
 Two kinds of exclusivity:
-- `lock`: one native step and the read of its logits, which are a view of the step's buffer that the next step,
-  from any thread, overwrites. Hold it from extend until the logits are consumed (re-entrant).
-- `hold()`: one generation at a time, so that no one edits a slot's record between a generation's steps. A stream
-  holds the runner from its first step to its end, so a second thread's generation waits for the first one's whole
-  text. The holding thread may hold it again (install's generate runs its forward calls inside its own hold); a
-  second generation started in that thread then finds its slot in use: a clear error instead of a deadlock.
+- `lock`: one native step and the read of its logits, which are a view of the step's buffer that
+  the next step, from any thread, overwrites. Hold it from extend until the logits are consumed.
+- `hold()`: one generation at a time, so that no one edits a slot's record between a generation's
+  steps. A stream holds the runner from its first step to its end: a second thread's generation
+  waits for the first one's whole text. The holding thread may hold it again (install's generate
+  runs its forward calls inside its own hold); a second generation started in that thread then
+  finds its slot in use, a clear error instead of a deadlock.
 """
 
 from __future__ import annotations
@@ -35,14 +36,14 @@ from typing import NamedTuple
 
 import numpy as np
 
-DEFAULT_STEP_TOKENS = 256  # tokens per native step in prefill (longer prompts go in chunks of this)
+DEFAULT_STEP_TOKENS = 256  # tokens per native step in prefill (longer prompts go in chunks)
 DEFAULT_LOGIT_ROWS = 64  # rows of logits one step can return
-ROWS = ("none", "last", "all")  # which of a feed's rows a step returns: none, its last, every one
+ROWS = ("none", "last", "all")  # which of a feed's rows a step returns
 
 
 @dataclass
 class Feed:
-    """Tokens for one slot in a step: they go at positions start.. of the slot's text, right after its record."""
+    """Tokens for one slot in a step, at positions start.. of its text (right after its record)."""
 
     slot: int
     start: int
@@ -58,16 +59,18 @@ class Rows(NamedTuple):
     """One feed's share of a step's output."""
 
     argmax: list[int]  # (R,) the most likely next token after each returned row
-    logits: np.ndarray | None  # (R, vocab) float32; from extend a view valid until the next step, else a copy
+    # (R, vocab) float32: from extend a view valid until the next step, from extend_slot a copy
+    logits: np.ndarray | None
 
 
 class _Hold:
-    """A lock that its thread may take again, and that any thread may let go of: a stream holds it from its first
-    step to its end, and may be closed (or collected) on another thread than the one that started it."""
+    """A lock that its thread may take again and that any thread may let go of: a stream holds it
+    from its first step to its end, and may be closed (or collected) on another thread than the one
+    that started it."""
 
     def __init__(self):
         self._changed = threading.Condition()
-        self._owner: int | None = None  # the thread ident that took it
+        self._owner: int | None = None  # the ident of the thread that took it
         self._depth = 0
 
     def acquire(self) -> None:
@@ -88,19 +91,20 @@ class _Hold:
 
 class Runner:
     def __init__(self, step):
-        """step: a kwker._native.Model, or an object with its interface (step, logits, n_slots, max_cache_len,
-        max_step_tokens, max_out_rows, isa, threads, weight_bytes_per_token)."""
+        """step: a kwker._native.Model, or an object with its interface (step, logits, n_slots,
+        max_cache_len, max_step_tokens, max_out_rows, isa, threads, weight_bytes_per_token)."""
         self._step = step
         self.n_slots = step.n_slots
         self.max_cache_len = step.max_cache_len
         self.max_step_tokens = step.max_step_tokens
         self.max_out_rows = step.max_out_rows
-        self._records: list[list[int]] = [[] for _ in range(self.n_slots)]  # tokens whose K/V each slot holds
+        # per slot, the tokens whose K/V it holds
+        self._records: list[list[int]] = [[] for _ in range(self.n_slots)]
         self._in_use: set[int] = set()
         self.lock = threading.RLock()
         self._hold = _Hold()
 
-    # ------------------------------------------------------------------------------------------------ info
+    # ------------------------------------------------------------------------------------ info
     @property
     def isa(self) -> str:
         return self._step.isa
@@ -113,37 +117,41 @@ class Runner:
     def weight_bytes_per_token(self) -> int:
         return self._step.weight_bytes_per_token
 
-    # --------------------------------------------------------------------------------------------- holding
+    # --------------------------------------------------------------------------------- holding
     @contextmanager
     def hold(self) -> Iterator[Runner]:
-        """The runner for one generation (or one call that reads or edits a record): other threads wait."""
+        """The runner for one generation, or one call that reads or edits a record: other threads
+        wait until it ends."""
         self._hold.acquire()
         try:
             yield self
         finally:
             self._hold.release()
 
-    # ----------------------------------------------------------------------------------------------- slots
+    # ----------------------------------------------------------------------------------- slots
     @property
     def free_slots(self) -> int:
         return self.n_slots - len(self._in_use)
 
     def acquire(self, slot: int | None = None) -> int:
-        """Takes a slot for one sequence, until release(slot). None: the lowest free slot, its record cleared (a
-        new text); a slot number: that slot, its record kept (a chat turn continues the previous text)."""
+        """Takes a slot for one sequence, until release(slot). None: the lowest free slot, its
+        record cleared (a new text); a slot number: that slot, its record kept (a chat turn
+        continues the previous text)."""
         with self.lock:
             if slot is None:
                 free = [s for s in range(self.n_slots) if s not in self._in_use]
                 if not free:
-                    raise RuntimeError(f"all {self.n_slots} slots of this decoder are in use (an unfinished "
-                                       "stream_generate in this thread? close it first)")
+                    raise RuntimeError(
+                        f"all {self.n_slots} slots of this decoder are in use (an unfinished "
+                        "stream_generate in this thread? close it first)")
                 slot = free[0]
                 self._records[slot].clear()
             else:
                 self._check_slot(slot)
                 if slot in self._in_use:
-                    raise RuntimeError(f"slot {slot} is in use by an unfinished generation (a stream_generate "
-                                       "not yet closed, in this thread?): close it first")
+                    raise RuntimeError(
+                        f"slot {slot} is in use by an unfinished generation (a stream_generate "
+                        "not yet closed, in this thread?): close it first")
             self._in_use.add(slot)
             return slot
 
@@ -161,8 +169,8 @@ class Runner:
         return len(self._records[slot])
 
     def reusable_prefix(self, slot: int, tokens: Sequence[int]) -> int:
-        """How many leading tokens of `tokens` the slot's cache already holds, never all of them: the last token
-        must still be run, for its logits."""
+        """How many leading tokens of `tokens` the slot's cache already holds, never all of them:
+        the last token must still be run, for its logits."""
         self._check_slot(slot)
         cached = self._records[slot]
         limit = min(len(cached), len(tokens) - 1)
@@ -172,8 +180,9 @@ class Runner:
         return n
 
     def trim(self, slot: int, n: int) -> int:
-        """Forgets the slot's last n tokens (all of them if it holds fewer), as mlx-lm's cache trim: speculation's
-        rollback of rejected proposals, or a new text that shares only a prefix. Returns how many it forgot."""
+        """Forgets the slot's last n tokens (all of them if it holds fewer), as mlx-lm's cache trim:
+        speculation's rollback of rejected proposals, or a new text that shares only a prefix.
+        Returns how many it forgot."""
         if not isinstance(n, int) or n < 0:
             raise ValueError(f"trim takes a non-negative number of tokens, got {n!r}")
         with self.lock:
@@ -187,7 +196,8 @@ class Runner:
         """Forgets every slot's text: the next call prefills its whole prompt."""
         with self.lock:
             if self._in_use:
-                raise RuntimeError(f"slots {sorted(self._in_use)} are in use by unfinished generations")
+                raise RuntimeError(
+                    f"slots {sorted(self._in_use)} are in use by unfinished generations")
             for record in self._records:
                 record.clear()
 
@@ -195,14 +205,15 @@ class Runner:
         if not isinstance(slot, int) or isinstance(slot, bool) or not 0 <= slot < self.n_slots:
             raise ValueError(f"slot must be an integer in 0..{self.n_slots - 1}, got {slot!r}")
 
-    # -------------------------------------------------------------------------------------------- the step
+    # -------------------------------------------------------------------------------- the step
     def extend(self, feeds: Sequence[Feed], logits: bool = True) -> list[Rows]:
-        """Runs every feed's tokens in ONE native step, each at the end of its slot's text, and appends them to the
-        slots' records. Returns each feed's rows (see Feed.rows): the argmax and, with logits, the float32 logits
-        as a view of the step's buffer, valid until the next step (hold `lock` until they are read)."""
+        """Runs every feed's tokens in ONE native step, each at the end of its slot's text, and
+        appends them to the slots' records. Returns each feed's rows (see Feed.rows): the argmax
+        and, with logits, the float32 logits as a view of the step's buffer, valid until the next
+        step (hold `lock` until they are read)."""
         if not feeds:
             raise ValueError("a step needs at least one feed")
-        ids, slots, positions, out_rows = [], [], [], []
+        ids, slots, positions, out_rows = [], [], [], []  # (T,), (T,), (T,), (R,)
         spans = []  # each feed's rows: out_rows[a:b]
         fed: set[int] = set()
         for feed in feeds:
@@ -219,11 +230,13 @@ class Runner:
                 out_rows.append(base + n - 1)
             spans.append((first, len(out_rows)))
         if len(ids) > self.max_step_tokens or len(out_rows) > self.max_out_rows:
-            raise ValueError(f"a step takes at most {self.max_step_tokens} tokens and {self.max_out_rows} rows, got "
-                             f"{len(ids)} and {len(out_rows)}")
+            raise ValueError(
+                f"a step takes at most {self.max_step_tokens} tokens and {self.max_out_rows} "
+                f"rows, got {len(ids)} and {len(out_rows)}")
         with self.lock:
             argmax = self._step.step(np.asarray(ids, np.int32), np.asarray(slots, np.int32),
-                                     np.asarray(positions, np.int32), np.asarray(out_rows, np.int32)).tolist()
+                                     np.asarray(positions, np.int32),
+                                     np.asarray(out_rows, np.int32)).tolist()
             view = self._step.logits(len(out_rows)) if logits and out_rows else None  # (R, vocab)
             for feed in feeds:
                 self._records[feed.slot].extend(feed.tokens)
@@ -231,25 +244,28 @@ class Runner:
 
     def extend_slot(self, slot: int, start: int, tokens: Sequence[int], rows: str = "last",
                     logits: bool = True) -> Rows:
-        """extend for one slot and any number of tokens, in as many steps as the step's limits need. The logits
-        (rows' (R, vocab) float32) are a copy: they outlive the steps."""
+        """extend for one slot and any number of tokens, in as many steps as the step's limits
+        need. The logits (the rows' (R, vocab) float32) are a copy: they outlive the steps."""
         if rows not in ROWS:
             raise ValueError(f"rows must be one of {ROWS}, got {rows!r}")
         if not tokens:
             raise ValueError("extend needs at least one token")
         if start + len(tokens) > self.max_cache_len:  # checked before any step runs
-            raise ValueError(f"{start} + {len(tokens)} tokens exceed max_cache_len {self.max_cache_len}")
-        chunk = self.max_step_tokens if rows != "all" else min(self.max_step_tokens, self.max_out_rows)
+            raise ValueError(
+                f"{start} + {len(tokens)} tokens exceed max_cache_len {self.max_cache_len}")
+        chunk = self.max_step_tokens if rows != "all" else min(self.max_step_tokens,
+                                                               self.max_out_rows)
         n_rows = Feed(slot, start, tokens, rows).n_rows
         argmax: list[int] = []
-        # (R, vocab), filled chunk by chunk by numpy: torch's copy (torch.cat) would run on its OpenMP threads,
-        # which then spin on the cores the next native step needs
+        # (R, vocab), filled chunk by chunk by numpy: torch's copy (torch.cat) would run on its
+        # OpenMP threads, which then spin on the cores the next native step needs (perf-notes #2)
         out = None
         with self.lock:
             for i in range(0, len(tokens), chunk):
                 part = tokens[i:i + chunk]
                 last = i + len(part) == len(tokens)
-                part_rows = "all" if rows == "all" else (rows if last else "none")  # inner chunks fill the cache
+                # inner chunks of a "last" or "none" feed only fill the cache
+                part_rows = "all" if rows == "all" else (rows if last else "none")
                 got, = self.extend([Feed(slot, start + i, part, part_rows)], logits=logits)
                 if got.logits is not None:
                     if out is None:
@@ -270,7 +286,9 @@ class Runner:
             raise ValueError(f"rows must be one of {ROWS}, got {feed.rows!r}")
         held = len(self._records[feed.slot])
         if feed.start != held:
-            raise ValueError(f"tokens for slot {feed.slot} go at position {held}, after its {held} cached tokens, "
-                             f"not at {feed.start} (trim first to overwrite)")
+            raise ValueError(
+                f"tokens for slot {feed.slot} go at position {held}, after its {held} cached "
+                f"tokens, not at {feed.start} (trim first to overwrite)")
         if feed.start + len(feed.tokens) > self.max_cache_len:
-            raise ValueError(f"{feed.start} + {len(feed.tokens)} tokens exceed max_cache_len {self.max_cache_len}")
+            raise ValueError(f"{feed.start} + {len(feed.tokens)} tokens exceed max_cache_len "
+                             f"{self.max_cache_len}")

@@ -41,9 +41,11 @@ class SamplingParams:
             raise ValueError(f"top_k must be a non-negative integer, got {self.top_k!r}")
         _check_number("top_p", self.top_p, "in (0, 1]", lambda v: 0 < v <= 1)
         _check_number("min_p", self.min_p, "in [0, 1]", lambda v: 0 <= v <= 1)
-        _check_number("repetition_penalty", self.repetition_penalty, "a positive number", lambda v: v > 0)
+        _check_number("repetition_penalty", self.repetition_penalty, "a positive number",
+                      lambda v: v > 0)
         if not _is_int(self.min_new_tokens) or self.min_new_tokens < 0:
-            raise ValueError(f"min_new_tokens must be a non-negative integer, got {self.min_new_tokens!r}")
+            raise ValueError("min_new_tokens must be a non-negative integer, got "
+                             f"{self.min_new_tokens!r}")
 
 
 def _is_int(value) -> bool:
@@ -52,7 +54,8 @@ def _is_int(value) -> bool:
 
 
 def _check_number(name: str, value, rule: str, ok) -> None:
-    """None, or a finite real number (not a bool) for which ok(value) holds; else a ValueError saying `rule`."""
+    """None, or a finite real number (not a bool) for which ok(value) holds; else a ValueError
+    saying `rule`."""
     if value is None:
         return
     real = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)

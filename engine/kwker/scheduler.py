@@ -1,10 +1,12 @@
-"""The scheduler: admit, step, retire. Every way of generating drives its sequences through it: one stream
-(KwkDecoder.stream_generate), a batch (generate_batch) and the serving engine's requests arriving over time.
+"""The scheduler: admit, step, retire. Every way of generating drives its sequences through it: one
+stream (stream_generate), a batch (generate_batch) and the serving engine's requests arriving over
+time.
 
-Each step packs every active sequence's plan (a prefill chunk, or its last token plus its proposals) into as few
-native steps as the step's limits allow, so the weights are read once for all of them. Batch invariance makes every
-sequence's tokens the ones it gets alone. Per sequence a step is speculation's four parts: propose (the sequence's
-plan), verify (the native step), accept (the sequence's absorb) and rollback (Runner.trim of the rejected tail).
+Each step packs every active sequence's plan (a prefill chunk, or its last token plus its proposals)
+into as few native steps as the step's limits allow, so the weights are read once for all of them.
+Batch invariance makes every sequence's tokens the ones it gets alone. Per sequence, a step is
+speculation's four parts: propose (the sequence's plan), verify (the native step), accept (the
+sequence's absorb) and rollback (Runner.trim of the rejected tail).
 """
 
 from __future__ import annotations
@@ -20,14 +22,15 @@ from kwker.runner import Feed, Runner
 from kwker.sequence import SequenceState
 from kwker.streaming import GenerationChunk
 
-DEFAULT_PREFILL_CHUNK = 64  # prompt tokens a newcomer adds per step, so running streams keep flowing
+DEFAULT_PREFILL_CHUNK = 64  # prompt tokens a newcomer adds per step: running streams keep flowing
 
 
 @contextmanager
 def one_torch_thread():
-    """torch on one intra-op thread for the block (restored after, also on error). Between two native steps torch's
-    ops are small or vocabulary-sized (too small to share), and each op on two or more threads wakes torch's OpenMP
-    workers, which then spin-wait on the cores the next native step's threads need (perf-notes #2)."""
+    """torch on one intra-op thread for the block (restored after, also on error). Between two
+    native steps torch's ops are small or vocabulary-sized (too small to share), and each op on two
+    or more threads wakes torch's OpenMP workers, which then spin-wait on the cores the next native
+    step's threads need (perf-notes #2)."""
     n = torch.get_num_threads()
     if n == 1:
         yield
@@ -50,11 +53,11 @@ class Scheduler:
         return self.runner.free_slots > 0
 
     def admit(self, seq: SequenceState, slot: int | None = None) -> None:
-        """Gives seq a slot (see Runner.acquire: None for a fresh one) and starts it after the prompt tokens that
-        slot's cache already holds."""
+        """Gives seq a slot (see Runner.acquire: None for a fresh one) and starts it after the
+        prompt tokens that slot's cache already holds."""
         slot = self.runner.acquire(slot)
         reused = self.runner.reusable_prefix(slot, seq.prompt)
-        self.runner.trim(slot, self.runner.cached_len(slot) - reused)  # the rest of the slot's old text
+        self.runner.trim(slot, self.runner.cached_len(slot) - reused)  # the slot's old text
         seq.place(slot, reused)
         self.active.append(seq)
 
@@ -69,9 +72,9 @@ class Scheduler:
             self.retire(seq)
 
     def step(self) -> list[tuple[SequenceState, list[GenerationChunk]]]:
-        """One round: every active sequence's plan, in as few native steps as the limits allow. Returns each
-        sequence's new chunks; the sequences that finished are retired."""
-        if all(seq.fast for seq in self.active):  # torch is not used: the native argmax is every answer
+        """One round: every active sequence's plan, in as few native steps as the limits allow.
+        Returns each sequence's new chunks; the sequences that finished are retired."""
+        if all(seq.fast for seq in self.active):  # no torch: the native argmax is every answer
             results = self._step()
         else:
             with one_torch_thread():
@@ -82,12 +85,12 @@ class Scheduler:
         return results
 
     def run(self, seqs: Iterable[SequenceState]) -> None:
-        """Runs every sequence to its end, as many at a time as there are slots (continuous: a finished
-        sequence's slot goes to the next one at once)."""
+        """Runs every sequence to its end, as many at a time as there are slots (continuous: a
+        finished sequence's slot goes to the next one at once)."""
         waiting = deque(seqs)
         try:
             while waiting or self.active:
-                # with nothing active, admitting without room raises (a slot held elsewhere in this thread)
+                # with nothing active, admitting without room raises: the slots are held elsewhere
                 while waiting and (self.has_room or not self.active):
                     self.admit(waiting.popleft())
                 self.step()
@@ -112,11 +115,13 @@ class Scheduler:
         return out
 
     def _run_group(self, group):
-        """One native step for the group's feeds: verify, then each sequence accepts and rolls back."""
+        """One native step for the group's feeds: verify; then each sequence accepts and rolls
+        back."""
         need_logits = any(not seq.fast and feed.n_rows for seq, feed in group)
         results = []
-        # The logits are a view of the step's buffer, valid until the next step: absorb reads them in place, under
-        # the lock (a copy of a wide verify step's rows would be charged to its cost; perf-notes #3).
+        # The logits are a view of the step's buffer, valid until the next step: absorb reads them
+        # in place, under the lock (a copy of a wide verify step's rows would be charged to its
+        # cost; perf-notes #3).
         with self.runner.lock:
             t0 = time.perf_counter()
             outputs = self.runner.extend([feed for _, feed in group], logits=need_logits)

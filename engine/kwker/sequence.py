@@ -1,6 +1,7 @@
 """One sequence being generated: what it feeds the next native step (prefill chunk, or its last token plus
-proposals) and what it makes of that step's rows (verify, accept, emit, finish). The scheduler drives every
-sequence through this one mechanism: the single stream, the batch and the serving engine."""
+proposals) and what it makes of that step's rows (verify, accept, emit, finish). The scheduler
+drives every sequence through this one mechanism: the single stream, the batch and the serving
+engine."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ from kwker.streaming import GenerationChunk, GenerationStats, StreamingDetokeniz
 
 
 class SequenceState:
-    def __init__(self, prompt: list[int], max_new_tokens: int, sampler: Sampler, spec: Speculator, tokenizer=None):
+    def __init__(self, prompt: list[int], max_new_tokens: int, sampler: Sampler, spec: Speculator,
+                 tokenizer=None):
         self.prompt = prompt
         self.tokens = list(prompt)  # prompt + emitted tokens
         self.max_new_tokens = max_new_tokens
@@ -31,7 +33,7 @@ class SequenceState:
         self._first_token_time = 0.0  # when prefill gave the first new token: decoding's wall-clock starts there
 
     def place(self, slot: int, reused: int) -> None:
-        """The slot the sequence runs in, whose cache already holds the prompt's first `reused` tokens."""
+        """The slot the sequence runs in, whose cache holds the prompt's first `reused` tokens."""
         self.slot = slot
         self.prefilled = self.stats.reused_prompt_tokens = reused
 
@@ -92,9 +94,9 @@ class SequenceState:
         return self._emit(new, accepted)
 
     def _verify(self, argmax, logits) -> list[int]:
-        """The target's own tokens, row by row, as far as they agree with the proposals: the first one that differs
-        (or ends the text) is the last. Rows past it are not picked, so a sampled row draws its number only when
-        its token is emitted."""
+        """The target's own tokens, row by row, as far as they agree with the proposals: the first
+        one that differs (or ends the text) is the last. Rows past it are not picked, so a sampled
+        row draws its number only when its token is emitted."""
         new: list[int] = []
         cands = self._cands
         for row in range(len(cands) + 1):

@@ -95,7 +95,8 @@ class ServingEngine:
         return req
 
     def _loop(self) -> None:
-        """Waits for requests; while any are active, holds the decoder (direct calls on it wait) and steps them."""
+        """Waits for requests; while any are active, holds the decoder (direct calls on it wait)
+        and steps them."""
         scheduler = Scheduler(self.decoder.runner, self.prefill_chunk)
         requests: dict[int, Request] = {}  # id(seq) -> its request, for the active ones
         try:
@@ -104,7 +105,7 @@ class ServingEngine:
                     try:
                         self._serve_until_idle(scheduler, requests)
                     finally:
-                        scheduler.close()  # stopped (or failed) with requests still running: free their slots
+                        scheduler.close()  # stopped or failed with requests running: free slots
         finally:
             for req in list(requests.values()) + list(self._waiting):
                 req._chunks.put(None)
@@ -126,7 +127,7 @@ class ServingEngine:
                     req = self._waiting.popleft()
                     try:
                         scheduler.admit(req.seq)
-                    except RuntimeError as e:  # no slot at all: this decoder's slots are held elsewhere
+                    except RuntimeError as e:  # no slot at all: they are held elsewhere
                         _end(req, e)
                         continue
                     requests[id(req.seq)] = req

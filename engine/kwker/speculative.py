@@ -1,10 +1,11 @@
 """Exact speculative decoding as named parts: propose -> verify -> accept -> rollback.
 
-Proposers suggest the next tokens (propose); the target runs them all in ONE native step (verify: the kernels are
-batch-invariant, so each row's logits are the bits a plain step would give); a proposed token is kept iff it equals
-the token the target itself picks at that position (accept: argmax, or the sample drawn with that position's one
-uniform number); the slot's cache forgets the rejected tail (rollback: Runner.trim) and the next step overwrites
-it. So the output never depends on proposals.
+Proposers suggest the next tokens (propose); the target runs them all in ONE native step (verify:
+the kernels are batch-invariant, so each row's logits are the bits a plain step would give); a
+proposed token is kept iff it equals the token the target itself picks at that position (accept:
+argmax, or the sample drawn with that position's one uniform number); the slot's cache forgets the
+rejected tail (rollback: Runner.trim) and the next step overwrites it. So the output never depends
+on proposals.
 
 Sources, and how they combine: prompt lookup (free: copies the continuation of the latest earlier match of the
 text's last n-gram) and the draft model each propose as their record of accepted tokens and their cost promise;
@@ -19,8 +20,8 @@ from dataclasses import dataclass, field
 
 
 def accept(candidates: list[int], picks: list[int]) -> int:
-    """How many proposed tokens are kept: the run of candidates, from the first, that equals the target's own picks
-    (picks[i]: the token the target chooses after the text and candidates[:i])."""
+    """How many proposed tokens are kept: the run of candidates, from the first, that equals the
+    target's own picks (picks[i]: the token the target chooses after the text + candidates[:i])."""
     n = 0
     while n < len(candidates) and n < len(picks) and candidates[n] == picks[n]:
         n += 1
@@ -74,8 +75,9 @@ CATCH_UP_TIMED = 4  # a draft call that first catches up on more tokens than thi
 
 
 class DraftProposer:
-    """A small model of the same tokenizer proposes the k tokens its greedy decoding would add. Its slot 0 follows
-    the verified text: each proposal first catches up on the tokens its cache does not hold yet."""
+    """A small model of the same tokenizer proposes the k tokens its greedy decoding would add.
+    Its slot 0 follows the verified text: each proposal first catches up on the tokens its cache
+    does not hold yet."""
 
     name = "draft"
 

@@ -79,8 +79,10 @@ def test_id_tensors_other_than_int32_int64_are_refused(dec, dtype):
 
 def test_int32_ids_and_numpy_integer_ids_are_read_as_they_are(dec):
     want = dec.generate(torch.tensor([[1, 2, 3]]), max_new_tokens=4)
-    assert torch.equal(dec.generate(torch.tensor([[1, 2, 3]], dtype=torch.int32), max_new_tokens=4), want)
-    assert torch.equal(dec.generate([np.int64(1), np.uint8(2), np.int16(3)], max_new_tokens=4), want)
+    int32 = torch.tensor([[1, 2, 3]], dtype=torch.int32)
+    assert torch.equal(dec.generate(int32, max_new_tokens=4), want)
+    numpy_ints = [np.int64(1), np.uint8(2), np.int16(3)]
+    assert torch.equal(dec.generate(numpy_ints, max_new_tokens=4), want)
     for big in (np.int64(2**32 + 1), np.uint64(2**64 - 1), 2**40):  # not narrowed onto a valid id
         with pytest.raises(ValueError, match=f"token id {int(big)} is outside the vocabulary"):
             dec.generate([1, big], max_new_tokens=4)
@@ -94,8 +96,8 @@ def test_int32_ids_and_numpy_integer_ids_are_read_as_they_are(dec):
 def test_non_contiguous_ids_give_the_contiguous_copy_s_output(dec):
     wide = torch.tensor([[5, 0, 9, 0, 33, 0, 102, 0, 7, 0]])
     strided = wide[:, ::2]  # (1, 5), stride 2
-    column = torch.tensor([[5, 9, 33, 102, 7], [1, 1, 1, 1, 1]]).t().contiguous().t()[:1]  # (1, 5) of a
-    # column-major (2, 5): strides (1, 2)
+    # (1, 5), the first row of a column-major (2, 5): strides (1, 2)
+    column = torch.tensor([[5, 9, 33, 102, 7], [1, 1, 1, 1, 1]]).t().contiguous().t()[:1]
     assert not strided.is_contiguous() and not column.is_contiguous()
     want = dec.generate(strided.contiguous(), max_new_tokens=6)
     assert torch.equal(dec.generate(strided, max_new_tokens=6), want)

@@ -1,5 +1,5 @@
-"""The Runner's operations (acquire, release, reusable_prefix, trim, extend) on a stand-in step that shows what it
-was sent, and speculation's accept as a pure function."""
+"""The Runner's operations (acquire, release, reusable_prefix, trim, extend) on a stand-in step
+that shows what it was sent, and speculation's accept as a pure function."""
 
 import threading
 
@@ -13,8 +13,8 @@ VOCAB = 10
 
 
 class EchoStep:
-    """The native Model's interface; a row's most likely next token is its token + 1 (mod VOCAB), and its logits
-    row says so. Records every call."""
+    """The native Model's interface; a row's most likely next token is its token + 1 (mod VOCAB),
+    and its logits row says so. Records every call."""
 
     n_slots, max_cache_len, max_step_tokens, max_out_rows = 3, 16, 4, 3
     isa, threads, weight_bytes_per_token = "echo", 1, 0
@@ -44,7 +44,7 @@ def test_accept_keeps_the_proposals_the_target_agrees_with():
     assert accept([1, 2, 3], [1, 2, 3, 4]) == 3  # all kept, plus the target's own next token
     assert accept([1, 2, 3], [1, 9]) == 1  # the second differs: one kept
     assert accept([1, 2, 3], [7]) == 0
-    assert accept([1, 2, 3], [1, 2]) == 2  # verification stopped early (end of text): what it saw agrees
+    assert accept([1, 2, 3], [1, 2]) == 2  # verification stopped early (end of text)
     cands, picks = [4, 4], [4, 4, 4]
     accept(cands, picks)
     assert cands == [4, 4] and picks == [4, 4, 4]  # pure: nothing changed
@@ -101,7 +101,7 @@ def test_extend_refuses_a_wrong_position_and_bad_feeds(runner):
         runner.extend([Feed(s, 2, [3], "first")])
     with pytest.raises(ValueError, match="at least one"):
         runner.extend([Feed(s, 2, [])])
-    assert runner.cached_len(s) == 2 and len(runner._step.calls) == 1  # nothing ran, nothing changed
+    assert runner.cached_len(s) == 2 and len(runner._step.calls) == 1  # nothing ran or changed
     runner.extend([Feed(s, 2, [3])])  # still works
     assert runner.cached_len(s) == 3
 
@@ -111,7 +111,7 @@ def test_trim_forgets_the_tail_and_stops_at_the_start(runner):
     runner.extend_slot(s, 0, [1, 2, 3, 4, 5, 6])
     assert runner.trim(s, 2) == 2 and runner.cached_len(s) == 4
     assert runner.trim(s, 0) == 0 and runner.cached_len(s) == 4
-    assert runner.trim(s, 10) == 4 and runner.cached_len(s) == 0  # past the start: as many as there were
+    assert runner.trim(s, 10) == 4 and runner.cached_len(s) == 0  # past the start: all there were
     with pytest.raises(ValueError, match="non-negative"):
         runner.trim(s, -1)
     with pytest.raises(ValueError, match="slot must be"):
@@ -122,7 +122,7 @@ def test_reusable_prefix_never_covers_the_last_token(runner):
     s = runner.acquire()
     runner.extend_slot(s, 0, [1, 2, 3, 4])
     assert runner.reusable_prefix(s, [1, 2, 3, 4, 5]) == 4
-    assert runner.reusable_prefix(s, [1, 2, 3, 4]) == 3  # the last token must run again, for its logits
+    assert runner.reusable_prefix(s, [1, 2, 3, 4]) == 3  # the last token runs again, for logits
     assert runner.reusable_prefix(s, [1, 2, 9, 4, 5]) == 2
     assert runner.reusable_prefix(s, [7]) == 0
     with pytest.raises(ValueError, match="slot must be"):
@@ -133,7 +133,7 @@ def test_acquire_clears_a_fresh_slot_and_keeps_a_named_one(runner):
     s = runner.acquire()
     runner.extend_slot(s, 0, [1, 2, 3])
     runner.release(s)
-    assert runner.acquire(s) == s and runner.cached_len(s) == 3  # named: kept, for a continuing text
+    assert runner.acquire(s) == s and runner.cached_len(s) == 3  # named: kept, for a continuation
     runner.release(s)
     assert runner.acquire() == s and runner.cached_len(s) == 0  # fresh: a new text
     with pytest.raises(RuntimeError, match="in use"):
@@ -147,8 +147,8 @@ def test_extend_slot_chunks_and_copies(runner):
     rows = runner.extend_slot(s, 0, [1, 2, 3, 4, 5, 6, 7], rows="all")  # at most 3 rows per step
     assert [len(c[0]) for c in runner._step.calls] == [3, 3, 1]
     assert rows.argmax == [2, 3, 4, 5, 6, 7, 8] and rows.logits.shape == (7, VOCAB)
-    assert rows.logits.argmax(axis=1).tolist() == rows.argmax  # a copy: the later steps did not overwrite it
-    rows = runner.extend_slot(s, 7, [1, 2, 3, 4, 5], rows="last")  # 4 tokens per step, the last row only
+    assert rows.logits.argmax(axis=1).tolist() == rows.argmax  # a copy: later steps left it alone
+    rows = runner.extend_slot(s, 7, [1, 2, 3, 4, 5], rows="last")  # 4 tokens a step, last row only
     assert [c[3] for c in runner._step.calls[3:]] == [[], [0]] and rows.argmax == [6]
     assert runner.cached_len(s) == 12
 

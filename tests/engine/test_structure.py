@@ -1,4 +1,5 @@
-"""The package's shape: no import cycles among kwker's modules, and the runner's private state stays its own."""
+"""The package's shape: no import cycles among kwker's modules, and the runner's private state
+stays its own."""
 
 import ast
 import re
@@ -20,8 +21,9 @@ def module_names() -> dict[str, Path]:
 
 
 def imported(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
-    """The kwker modules that `name` imports, ALL of its imports: at module level and inside functions (a lazy
-    import closes a cycle as surely, only later). `from package import submodule` counts as the submodule."""
+    """The kwker modules that `name` imports, ALL of its imports: at module level and inside
+    functions (a lazy import closes a cycle as surely, only later). `from package import submodule`
+    counts as the submodule."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found = set()
     for node in ast.walk(ast.parse(path.read_text())):

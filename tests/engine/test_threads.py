@@ -1,5 +1,6 @@
-"""Several threads on one decoder take turns: no crash, and every call gets the tokens it gets alone. A stream
-holds the decoder from its first step to its end; closing it (or dropping it, or an error) lets the next one in."""
+"""Several threads on one decoder take turns: no crash, and every call gets the tokens it gets
+alone. A stream holds the decoder from its first step to its end; closing it (or dropping it, or an
+error) lets the next one in."""
 
 import threading
 import time
@@ -48,7 +49,8 @@ def test_four_threads_share_one_decoder(dec, solo):
     def worker(first):
         try:
             for i in range(first, len(PROMPTS), 4):  # 5 calls per thread, 20 in all
-                results[i] = dec.generate(PROMPTS[i], max_new_tokens=NEW, eos_token_id=[])[0].tolist()
+                out = dec.generate(PROMPTS[i], max_new_tokens=NEW, eos_token_id=[])
+                results[i] = out[0].tolist()
         except Exception as e:  # noqa: BLE001  (reported below, in the test's thread)
             errors.append(e)
 
@@ -60,7 +62,8 @@ def test_four_threads_share_one_decoder(dec, solo):
 
 
 def test_streams_from_two_threads_take_turns(dec, solo):
-    """Both consumers read their streams at once, slowly; the decoder serves one whole stream, then the other."""
+    """Both consumers read their streams at once, slowly; the decoder serves one whole stream,
+    then the other."""
     times, tokens = {0: [], 1: []}, {0: [], 1: []}
 
     def consume(k):
@@ -73,7 +76,7 @@ def test_streams_from_two_threads_take_turns(dec, solo):
     for k in (0, 1):
         assert PROMPTS[k] + tokens[k] == solo[k]
     first, second = sorted((0, 1), key=lambda k: times[k][0])
-    assert times[first][-1] < times[second][0]  # not interleaved: the first held the decoder to its end
+    assert times[first][-1] < times[second][0]  # the first held the decoder to its end
 
 
 def test_a_stream_closed_midway_lets_the_waiting_thread_in(dec, solo):
@@ -113,7 +116,8 @@ def test_a_dropped_stream_and_a_failed_step_let_go(dec, solo):
     finally:
         runner.extend = real
     out = {}
-    run_threads([lambda: out.update(t=dec.generate(PROMPTS[5], max_new_tokens=NEW, eos_token_id=[]))])
+    run_threads([lambda: out.update(t=dec.generate(PROMPTS[5], max_new_tokens=NEW,
+                                                   eos_token_id=[]))])
     assert out["t"][0].tolist() == solo[5]
 
 
@@ -139,7 +143,8 @@ def test_installed_generate_from_two_threads(model):
 
         def worker(first):
             for i in range(first, len(prompts), 2):
-                outs[i] = model.generate(prompts[i], attention_mask=torch.ones_like(prompts[i]), **kw)
+                mask = torch.ones_like(prompts[i])
+                outs[i] = model.generate(prompts[i], attention_mask=mask, **kw)
 
         run_threads([lambda: worker(0), lambda: worker(1)])
         assert model._kwker_fallback is None
@@ -158,7 +163,8 @@ def test_a_server_and_a_direct_caller_share_a_decoder(model, solo):
         requests = [engine.submit(PROMPTS[i], NEW, eos_token_id=[]) for i in range(12, 16)]
 
         def call():
-            direct["t"] = batched.generate(PROMPTS[16], max_new_tokens=NEW, eos_token_id=[])[0].tolist()
+            out = batched.generate(PROMPTS[16], max_new_tokens=NEW, eos_token_id=[])
+            direct["t"] = out[0].tolist()
 
         run_threads([call])
         served = [r.tokens() for r in requests]
