@@ -27,6 +27,9 @@ PYBIND11_MODULE(_native, m) {
   py::enum_<kwker::Activation>(m, "Activation", "The MLP gate's activation")
       .value("Silu", kwker::Activation::Silu)
       .value("GeluTanh", kwker::Activation::GeluTanh);
+  m.def(
+      "bits_per_weight", [](kwker::WType t) { return kwker::format(t).bits_per_weight; }, py::arg("wtype"),
+      "Bits a packed weight of this format takes (its block's scales and mins included).");
   m.attr("max_threads") = kwker::kMaxThreads;
   kwker::register_machine(m);
   kwker::register_sampler(m);

@@ -2,12 +2,11 @@
 //
 // Layout contract (the packing done at load makes it hold):
 //   * activation rows are padded with zeros to a multiple of kPad floats, and so is every output row;
-//   * weight matrices [n, k] are packed in panels of kPanel rows: [n_pad / kPanel][kp][kPanel], so that one
-//     load brings kPanel outputs' weights for one k (the layout an outer-product kernel streams);
-//   * each output element (float formats; the quantized ones: see QMatmulFn) is one chain of fused multiply-adds over k = 0, 1, ..., kp-1 in order, starting from
-//     +0. Tile shapes only decide how many chains run side by side, so a token's result does not depend on how
-//     many tokens share the call, nor on the thread, nor even on the ISA (the reference uses std::fma in the
-//     same order). This is what makes a token's logits identical, bit for bit, alone, inside a k-token verify
+//   * weight matrices are packed in panels of kPanel rows (../formats/formats.h);
+//   * each output element (float formats; the quantized ones: see QMatmulFn) is one chain of fused
+//     multiply-adds over k = 0, 1, ..., kp-1 in order, starting from +0. Tile shapes only decide how many
+//     chains run side by side, so a token's result does not depend on how many tokens share the call, nor on
+//     the thread, nor even on the ISA (the reference uses std::fma in the same order). This is what makes a token's logits identical, bit for bit, alone, inside a k-token verify
 //     step, in a batch or in prefill.
 #pragma once
 
@@ -15,31 +14,9 @@
 #include <cstdint>
 #include <string>
 
+#include "../formats/formats.h"
+
 namespace kwker {
-
-constexpr int kPad = 32;    // floats; a multiple of the quantization block and of every register width
-constexpr int kPanel = 16;  // weight rows per packed panel
-
-inline int pad_to(int n, int m = kPad) { return (n + m - 1) / m * m; }
-
-// Weight formats. Q8 and Q4 are quantized in blocks of kQBlock along k, per row and block: Q8 value = q * scale,
-// q in [-127, 127] (symmetric); Q4 value = q * scale + min, q in [0, 15] (asymmetric, as ggml's Q4_1: a block whose
-// values are not centred on zero keeps all 16 levels). Scales and mins are fp16. In a panel, block b is stored as
-// [kPanel fp16 scales]([kPanel fp16 mins] for Q4)[8 groups of 4 k-steps]; a group holds, for each of the kPanel
-// rows, its 4 consecutive k values (Q8: [kPanel rows][4] bytes = 64 bytes), the layout integer dot-product
-// instructions (maddubs, vpdpbusd) consume: one 4-byte broadcast of the activations meets 4 k-steps of every
-// row. Q4 packs a group in 32 bytes: byte r * 4 + e holds row r (low nibble) and row r + 8 (high nibble) at k
-// step e. Q8 is 8.5 bits per weight, Q4 5.
-enum class WType : int { F32 = 0, BF16 = 1, F16 = 2, Q8 = 3, Q4 = 4 };
-constexpr int kWTypes = 5;
-constexpr int kQBlock = 32;
-constexpr int kQGroup = 4;  // k-steps per group
-
-constexpr bool wtype_quantized(WType t) { return t == WType::Q8 || t == WType::Q4; }
-inline size_t wtype_size(WType t) { return t == WType::F32 ? 4 : 2; }  // element size of the float formats
-constexpr size_t qgroup_bytes(WType t) { return t == WType::Q8 ? kQGroup * kPanel : kQGroup * kPanel / 2; }
-constexpr size_t qheader_bytes(WType t) { return t == WType::Q8 ? kPanel * 2 : kPanel * 4; }  // scales (+ mins)
-constexpr size_t qblock_bytes(WType t) { return qheader_bytes(t) + qgroup_bytes(t) * (kQBlock / kQGroup); }
 
 // y[t, n] (+)= sum_k x[t, k] * w[n, k] + bias[n]  for t < m and the panels p0 <= p < p1 (n = p * kPanel + i),
 // for the float formats (F32, BF16, F16).
@@ -142,30 +119,6 @@ bool isa_supported(const std::string& isa);
 const Kernels& kernels_select(const std::string& forced);
 std::string isa_best();
 
-// Portable scalar conversions, shared by the reference kernels and weight packing.
-inline float bf16_to_f32(uint16_t h) {
-  uint32_t u = uint32_t(h) << 16;
-  float f;
-  __builtin_memcpy(&f, &u, 4);
-  return f;
-}
-
-float f16_to_f32(uint16_t h);
-uint16_t f32_to_f16(float f);  // round to nearest even
-
-// Bytes of a packed [n, k] matrix of type t.
-size_t panel_bytes(WType t, int n, int k);
-// Packs a row-major [n, k] matrix into zeroed panels of type t. src holds elements of type t for the float
-// formats and float32 for the quantized ones (quantized here).
-void pack_panels(const void* src, WType t, int n, int k, void* dst);
-// The rows of panels [p0, p1) only, into a zeroed dst (panels are independent: threads can share the work).
-void pack_panel_range(const void* src, WType t, int n, int k, void* dst, int p0, int p1);
-// Element (r, c) of a packed matrix, as the kernels see it (dequantized).
-float panel_value(const void* packed, WType t, int kp, int r, int c);
-// Index of element (r, c) in a float-format packed matrix.
-inline size_t panel_index(int r, int c, int kp) { return (size_t(r / kPanel) * kp + c) * kPanel + r % kPanel; }
-// Quantized weight (row r, column c) of a packed Q8/Q4 matrix: the integer q, the block's scale and min (0 for Q8).
-int panel_q(const void* packed, WType t, int kp, int r, int c, float* scale, float* min);
 // Largest number of query heads of one token, and of rows in all, that one attention call takes.
 constexpr int kMaxAttendHeads = 4;
 constexpr int kMaxAttendRows = 6;

@@ -7,9 +7,44 @@
 
 namespace kwker {
 
+namespace {
+
+// Limits on a model's shape and its buffers, checked before anything is sized by them: far above any model this
+// runs (Llama-3.1-405B: 126 layers, width 16384, vocabulary 128256), low enough that no buffer size overflows.
+constexpr int kMaxLayers = 1024, kMaxWidth = 1 << 17, kMaxHeads = 1024, kMaxVocab = 1 << 24;
+constexpr int kMaxCacheLen = 1 << 24, kMaxSlots = 1024, kMaxStepTokens = 1 << 16;
+constexpr size_t kMaxKvCacheBytes = size_t(1) << 40;
+
+// cfg, after checking it and the sizes the model is built for (std::invalid_argument naming what is wrong).
+const Config& checked(const Config& cfg, int max_cache_len, int n_slots, int max_step_tokens, int max_out_rows) {
+  auto need = [](bool ok, const std::string& what) {
+    if (!ok) throw std::invalid_argument("invalid model configuration: " + what);
+  };
+  need(cfg.n_layer >= 1 && cfg.n_layer <= kMaxLayers, "n_layer must be 1.." + std::to_string(kMaxLayers));
+  need(cfg.n_embd >= 1 && cfg.n_embd <= kMaxWidth && cfg.n_ff >= 1 && cfg.n_ff <= kMaxWidth,
+       "n_embd and n_ff must be 1.." + std::to_string(kMaxWidth));
+  need(cfg.n_head >= 1 && cfg.n_head <= kMaxHeads && cfg.n_kv_head >= 1 && cfg.n_head % cfg.n_kv_head == 0,
+       "n_head must be 1.." + std::to_string(kMaxHeads) + " and a multiple of n_kv_head");
+  need(cfg.head_dim >= 2 && cfg.head_dim % 2 == 0 && cfg.head_dim <= kMaxHeadDim,
+       "head_dim must be even, 2.." + std::to_string(kMaxHeadDim));
+  need(size_t(cfg.n_head) * cfg.head_dim <= size_t(kMaxWidth), "n_head * head_dim is too large");
+  need(cfg.vocab >= 1 && cfg.vocab <= kMaxVocab, "vocab must be 1.." + std::to_string(kMaxVocab));
+  need(max_cache_len >= 1 && max_cache_len <= kMaxCacheLen,
+       "max_cache_len must be 1.." + std::to_string(kMaxCacheLen));
+  need(n_slots >= 1 && n_slots <= kMaxSlots, "n_slots must be 1.." + std::to_string(kMaxSlots));
+  need(max_step_tokens >= 1 && max_step_tokens <= kMaxStepTokens && max_out_rows >= 1,
+       "max_step_tokens must be 1.." + std::to_string(kMaxStepTokens) + " and max_out_rows positive");
+  const size_t kv = size_t(n_slots) * cfg.n_layer * cfg.n_kv_head * pad_to(max_cache_len, kPanel) *
+                    pad_to(cfg.head_dim) * 4;
+  need(kv <= kMaxKvCacheBytes, "the KV cache would take " + std::to_string(kv >> 30) + " GB");
+  return cfg;
+}
+
+}  // namespace
+
 Model::Model(const Config& cfg, int n_rope, const float* rope_cos, const float* rope_sin, int max_cache_len,
              int n_slots, int max_step_tokens, int max_out_rows, int n_threads, const std::string& isa)
-    : cfg_(cfg),
+    : cfg_(checked(cfg, max_cache_len, n_slots, max_step_tokens, max_out_rows)),
       kern_(&kernels_select(isa)),
       max_cache_(max_cache_len),
       n_slots_(n_slots),
@@ -22,11 +57,6 @@ Model::Model(const Config& cfg, int n_rope, const float* rope_cos, const float* 
       fp_(pad_to(cfg.n_ff)),
       pool_(n_threads),
       layers_(cfg.n_layer) {
-  if (cfg.n_layer < 1 || cfg.n_embd < 1 || cfg.n_head < 1 || cfg.n_kv_head < 1 || cfg.head_dim < 2 ||
-      cfg.head_dim % 2 || cfg.head_dim > kMaxHeadDim || cfg.n_ff < 1 || cfg.vocab < 1 || cfg.n_head % cfg.n_kv_head)
-    throw std::invalid_argument("invalid model configuration");
-  if (max_cache_len < 1 || n_slots < 1 || max_step_tokens < 1 || max_out_rows < 1)
-    throw std::invalid_argument("max_cache_len, n_slots, max_step_tokens and max_out_rows must be positive");
   if (cfg_.rope_dim == 0) cfg_.rope_dim = cfg.head_dim;
   if (cfg_.rope_dim < 2 || cfg_.rope_dim % 2 || cfg_.rope_dim > cfg.head_dim)
     throw std::invalid_argument("rope_dim must be even and at most head_dim");

@@ -1,0 +1,227 @@
+// The load-time side of the formats (formats.h): fp16 conversions, the quantizer that chooses each block's
+// scale (and min) by least squares, and the packer that lays a matrix out in panels.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "formats.h"
+
+namespace kwker {
+
+float f16_to_f32(uint16_t h) {
+  uint32_t sign = uint32_t(h & 0x8000) << 16;
+  uint32_t exp = (h >> 10) & 0x1f;
+  uint32_t man = h & 0x3ff;
+  uint32_t bits;
+  if (exp == 0) {
+    if (man == 0) {
+      bits = sign;
+    } else {  // subnormal: renormalise
+      int e = -1;
+      do {
+        e++;
+        man <<= 1;
+      } while ((man & 0x400) == 0);
+      bits = sign | uint32_t(127 - 15 - e) << 23 | (man & 0x3ff) << 13;
+    }
+  } else if (exp == 31) {
+    bits = sign | 0x7f800000u | man << 13;
+  } else {
+    bits = sign | (exp + 127 - 15) << 23 | man << 13;
+  }
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+uint16_t f32_to_f16(float f) {
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  const uint32_t sign = (x >> 16) & 0x8000;
+  uint32_t mant = x & 0x7fffff;
+  const int exp = (x >> 23) & 0xff;
+  if (exp == 255) return uint16_t(sign | 0x7c00 | (mant ? 0x200 : 0));
+  const int e = exp - 127 + 15;
+  if (e >= 31) return uint16_t(sign | 0x7c00);
+  if (e <= 0) {  // subnormal half, or zero
+    if (e < -10) return uint16_t(sign);
+    mant |= 0x800000;
+    const int shift = 14 - e;
+    uint32_t h = mant >> shift;
+    const uint32_t rem = mant & ((1u << shift) - 1), halfway = 1u << (shift - 1);
+    if (rem > halfway || (rem == halfway && (h & 1))) h++;
+    return uint16_t(sign | h);
+  }
+  uint32_t h = sign | uint32_t(e) << 10 | mant >> 13;
+  const uint32_t rem = mant & 0x1fff;
+  if (rem > 0x1000 || (rem == 0x1000 && (h & 1))) h++;  // a carry into the exponent is the right rounding
+  return uint16_t(h);
+}
+
+namespace {
+
+float float_at(const void* data, WType t, size_t i) {
+  switch (t) {
+    case WType::F32: return static_cast<const float*>(data)[i];
+    case WType::BF16: return bf16_to_f32(static_cast<const uint16_t*>(data)[i]);
+    default: return f16_to_f32(static_cast<const uint16_t*>(data)[i]);
+  }
+}
+
+// The block holding (row r, column c) of a packed quantized matrix: a panel's blocks follow one another along k.
+template <class Block>
+Block* block_at(const void* packed, int kp, int r, int c) {
+  const size_t per_panel = size_t(kp / kQBlock);
+  return static_cast<Block*>(const_cast<void*>(packed)) + size_t(r / kPanel) * per_panel + c / kQBlock;
+}
+
+// round_even(v) clamped to [lo, hi], as a float.
+inline float quant_level(float v, int lo, int hi) {
+  return float(round_even(v < float(lo) ? float(lo) : (v > float(hi) ? float(hi) : v)));
+}
+
+// Squared error of v quantized with step d to integers in [lo, hi].
+float quant_error(const float* v, float d, int lo, int hi) {
+  const float inv = d != 0.f ? 1.f / d : 0.f;
+  float e = 0.f;
+  for (int j = 0; j < kQBlock; j++) {
+    const float q = quant_level(v[j] * inv, lo, hi);
+    e += (v[j] - q * d) * (v[j] - q * d);
+  }
+  return e;
+}
+
+// The step for a symmetric (Q8) block: the plain one (largest magnitude to the end of the range) or, if better,
+// one of a few nearby steps refined by least squares (d = sum v q / sum q q for the integers q it rounds to),
+// whichever has the smallest squared error.
+float block_step(const float* v, float d0, int lo, int hi) {
+  if (d0 == 0.f) return 0.f;  // an all-zero block
+  float best = d0, best_err = quant_error(v, d0, lo, hi);
+  for (float f : {0.9f, 0.95f, 1.0f}) {
+    const float d = d0 * f, inv = 1.f / d;
+    float vq = 0.f, qq = 0.f;
+    for (int j = 0; j < kQBlock; j++) {
+      const float q = quant_level(v[j] * inv, lo, hi);
+      vq += v[j] * q, qq += q * q;
+    }
+    if (qq == 0.f) continue;
+    const float refined = vq / qq, err = quant_error(v, refined, lo, hi);
+    if (err < best_err) best = refined, best_err = err;
+  }
+  return best;
+}
+
+// Levels of an asymmetric (Q4) block for fp16 step d and min m: q = round((v - m) / d) in [0, 15]; returns the
+// squared error of q * d + m.
+float levels_q4(const float* v, uint16_t dh, uint16_t mh, float* q) {
+  const float d = f16_to_f32(dh), m = f16_to_f32(mh), inv = d != 0.f ? 1.f / d : 0.f;
+  float e = 0.f;
+  for (int j = 0; j < kQBlock; j++) {
+    q[j] = quant_level((v[j] - m) * inv, 0, 15);
+    const float r = v[j] - (q[j] * d + m);
+    e += r * r;
+  }
+  return e;
+}
+
+// Step and min (fp16) of an asymmetric block: the plain range (min to max in 15 steps), then least-squares fits
+// of (d, m) to the levels each candidate rounds to, from the plain and two slightly narrower ranges; the
+// candidate with the smallest squared error after fp16 rounding wins.
+void block_step_min(const float* v, uint16_t* dh, uint16_t* mh) {
+  float lo = v[0], hi = v[0];
+  for (int j = 1; j < kQBlock; j++) lo = std::min(lo, v[j]), hi = std::max(hi, v[j]);
+  float q[kQBlock];
+  *dh = f32_to_f16((hi - lo) / 15.f), *mh = f32_to_f16(lo);
+  float best = levels_q4(v, *dh, *mh, q);
+  for (float f : {1.0f, 0.95f, 0.9f}) {
+    uint16_t d1 = f32_to_f16((hi - lo) * f / 15.f), m1 = f32_to_f16(lo + (hi - lo) * (1.f - f) / 2.f);
+    for (int iter = 0; iter < 2; iter++) {
+      levels_q4(v, d1, m1, q);
+      double sq = 0, sv = 0, sqq = 0, sqv = 0;
+      for (int j = 0; j < kQBlock; j++) sq += q[j], sv += v[j], sqq += double(q[j]) * q[j], sqv += double(q[j]) * v[j];
+      const double det = kQBlock * sqq - sq * sq;
+      if (det <= 0) break;  // every value on one level: the plain candidate already has it
+      const double d = (kQBlock * sqv - sq * sv) / det, m = (sv - d * sq) / kQBlock;
+      d1 = f32_to_f16(float(d)), m1 = f32_to_f16(float(m));
+      const float err = levels_q4(v, d1, m1, q);
+      if (err < best) best = err, *dh = d1, *mh = m1;
+    }
+  }
+}
+
+// Quantizes one row block (kQBlock values) of row i of a panel into its block.
+void quantize_q4(const float* v, BlockQ4* block, int i) {
+  uint16_t dh, mh;
+  block_step_min(v, &dh, &mh);
+  block->scale[i] = dh, block->min[i] = mh;
+  float q[kQBlock];
+  levels_q4(v, dh, mh, q);
+  for (int j = 0; j < kQBlock; j++) {
+    uint8_t& byte = block->q[j / kQGroup][i % 8][j % kQGroup];
+    byte = i < 8 ? uint8_t((byte & 0xf0) | int(q[j])) : uint8_t((byte & 0x0f) | int(q[j]) << 4);
+  }
+}
+
+void quantize_q8(const float* v, BlockQ8* block, int i) {
+  float amax = 0.f;
+  for (int j = 0; j < kQBlock; j++) amax = std::max(amax, std::fabs(v[j]));
+  const uint16_t dh = f32_to_f16(block_step(v, amax / 127.f, -127, 127));
+  block->scale[i] = dh;
+  const float d = f16_to_f32(dh), inv = d != 0.f ? 1.f / d : 0.f;
+  for (int j = 0; j < kQBlock; j++) block->q[j / kQGroup][i][j % kQGroup] = int8_t(quant_level(v[j] * inv, -127, 127));
+}
+
+}  // namespace
+
+size_t panel_bytes(WType t, int n, int k) {
+  const size_t panels = size_t(pad_to(n, kPanel)) / kPanel;
+  if (wtype_quantized(t)) return panels * (pad_to(k) / kQBlock) * qblock_bytes(t);
+  return panels * kPanel * pad_to(k) * wtype_size(t);
+}
+
+void pack_panels(const void* src, WType t, int n, int k, void* dst) {
+  std::memset(dst, 0, panel_bytes(t, n, k));
+  pack_panel_range(src, t, n, k, dst, 0, pad_to(n, kPanel) / kPanel);
+}
+
+void pack_panel_range(const void* src, WType t, int n, int k, void* dst, int p0, int p1) {
+  const int kp = pad_to(k), r0 = p0 * kPanel, r1 = std::min(n, p1 * kPanel);
+  if (wtype_quantized(t)) {
+    const float* f = static_cast<const float*>(src);
+    float v[kQBlock];
+    for (int r = r0; r < r1; r++)
+      for (int c0 = 0; c0 < kp; c0 += kQBlock) {
+        for (int j = 0; j < kQBlock; j++) v[j] = c0 + j < k ? f[size_t(r) * k + c0 + j] : 0.f;
+        if (t == WType::Q4) quantize_q4(v, block_at<BlockQ4>(dst, kp, r, c0), r % kPanel);
+        else quantize_q8(v, block_at<BlockQ8>(dst, kp, r, c0), r % kPanel);
+      }
+    return;
+  }
+  const size_t es = wtype_size(t);
+  for (int r = r0; r < r1; r++)
+    for (int c = 0; c < k; c++)
+      std::memcpy(static_cast<char*>(dst) + panel_index(r, c, kp) * es,
+                  static_cast<const char*>(src) + (size_t(r) * k + c) * es, es);
+}
+
+int panel_q(const void* packed, WType t, int kp, int r, int c, float* scale, float* min) {
+  const int i = r % kPanel, j = c % kQBlock;
+  if (t == WType::Q8) {
+    const BlockQ8* b = block_at<BlockQ8>(packed, kp, r, c);
+    *scale = f16_to_f32(b->scale[i]), *min = 0.f;
+    return b->q[j / kQGroup][i][j % kQGroup];
+  }
+  const BlockQ4* b = block_at<BlockQ4>(packed, kp, r, c);
+  *scale = f16_to_f32(b->scale[i]), *min = f16_to_f32(b->min[i]);
+  const uint8_t byte = b->q[j / kQGroup][i % 8][j % kQGroup];
+  return i < 8 ? byte & 0x0f : byte >> 4;
+}
+
+float panel_value(const void* packed, WType t, int kp, int r, int c) {
+  if (!wtype_quantized(t)) return float_at(packed, t, panel_index(r, c, kp));
+  float scale, min;
+  const int q = panel_q(packed, t, kp, r, c, &scale, &min);
+  return float(q) * scale + min;
+}
+
+}  // namespace kwker
