@@ -1,7 +1,7 @@
-// Argument checks shared by the bindings: every array is checked for its dtype, rank and length before native code
-// touches its memory, and ids are copied (with the GIL held) into native vectors, so that nothing the caller owns
-// is read after the GIL is released. Errors are ValueError (std::invalid_argument) or TypeError naming the
-// argument.
+// Argument checks shared by the bindings: every array is checked for its dtype, rank and length
+// before native code touches its memory, and ids are copied (with the GIL held) into native
+// vectors, so that nothing the caller owns is read after the GIL is released. Errors are ValueError
+// (std::invalid_argument) or TypeError naming the argument.
 #pragma once
 
 #include <pybind11/numpy.h>
@@ -24,18 +24,19 @@ inline std::string dtype_name(const py::array& a) { return py::str(a.dtype()).ca
 // `obj` as a numpy array (TypeError if it is none).
 inline py::array as_array(const py::handle& obj, const std::string& what) {
   if (!py::isinstance<py::array>(obj))
-    throw py::type_error(what + " must be a numpy array, got " + py::str(py::type::of(obj)).cast<std::string>());
+    throw py::type_error(what + " must be a numpy array, got " +
+                         py::str(py::type::of(obj)).cast<std::string>());
   return py::reinterpret_borrow<py::array>(obj);
 }
 
 inline void check_ndim(const py::array& a, int ndim, const std::string& what) {
   if (a.ndim() != ndim)
-    throw std::invalid_argument(what + " must be " + std::to_string(ndim) + "-D, got " + std::to_string(a.ndim()) +
-                                "-D");
+    throw std::invalid_argument(what + " must be " + std::to_string(ndim) + "-D, got " +
+                                std::to_string(a.ndim()) + "-D");
 }
 
-// A float32 array of rank ndim (-1: any), C-contiguous (copied if it is not). No other dtype is converted: a
-// float64 or integer array is a caller's mistake worth hearing about.
+// A float32 array of rank ndim (-1: any), C-contiguous (copied if it is not). No other dtype is
+// converted: a float64 or integer array is a caller's mistake worth hearing about.
 inline py::array_t<float> float_array(const py::handle& obj, int ndim, const std::string& what) {
   py::array a = as_array(obj, what);
   if (!a.dtype().is(py::dtype::of<float>()))
@@ -66,16 +67,19 @@ inline std::vector<int32_t> id_vector(const py::handle& obj, const std::string& 
   return out;
 }
 
-// A 2-D weight matrix as set_matrix and the kernel tests read it for type t: float32 for F32 and the quantized
-// types (quantized at packing), the uint16 (or int16) bits of bf16 / fp16 for BF16 and F16. C-contiguous.
+// A 2-D weight matrix as set_matrix and the kernel tests read it for type t: float32 for F32 and
+// the quantized types (quantized at packing), the uint16 (or int16) bits of bf16 / fp16 for BF16
+// and F16. C-contiguous.
 inline py::array weight_array(const py::handle& obj, WType t, const std::string& what) {
   py::array a = as_array(obj, what);
   check_ndim(a, 2, what);
   const bool halves = t == WType::BF16 || t == WType::F16;
-  const bool ok = halves ? a.dtype().is(py::dtype::of<uint16_t>()) || a.dtype().is(py::dtype::of<int16_t>())
-                         : a.dtype().is(py::dtype::of<float>());
+  const bool ok =
+      halves ? a.dtype().is(py::dtype::of<uint16_t>()) || a.dtype().is(py::dtype::of<int16_t>())
+             : a.dtype().is(py::dtype::of<float>());
   if (!ok)
-    throw py::type_error(what + " must be " + (halves ? "uint16 (the bits of bf16 / fp16)" : "float32") +
+    throw py::type_error(what + " must be " +
+                         (halves ? "uint16 (the bits of bf16 / fp16)" : "float32") +
                          " for this weight type, got " + dtype_name(a));
   if (a.shape(0) < 1 || a.shape(1) < 1 || a.shape(0) > std::numeric_limits<int>::max() / 2 ||
       a.shape(1) > std::numeric_limits<int>::max() / 2)
@@ -84,7 +88,8 @@ inline py::array weight_array(const py::handle& obj, WType t, const std::string&
 }
 
 // An optional bias of n float32 values (none: empty).
-inline py::array_t<float> bias_array(const py::handle& obj, py::ssize_t n, const std::string& what) {
+inline py::array_t<float> bias_array(const py::handle& obj, py::ssize_t n,
+                                     const std::string& what) {
   if (obj.is_none()) return py::array_t<float>();
   py::array_t<float> b = float_array(obj, 1, what);
   if (b.shape(0) != n)

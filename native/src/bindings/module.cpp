@@ -1,5 +1,5 @@
-// kwker._native: the decode step and its kernels. Arguments are checked and converted with the GIL held
-// (checks.h); the GIL is released while native code computes.
+// kwker._native: the decode step and its kernels. Arguments are checked and converted with the GIL
+// held (checks.h); the GIL is released while native code computes.
 #include <pybind11/pybind11.h>
 
 #include "../kernels/kernels.h"
@@ -28,7 +28,8 @@ PYBIND11_MODULE(_native, m) {
       .value("Silu", kwker::Activation::Silu)
       .value("GeluTanh", kwker::Activation::GeluTanh);
   m.def(
-      "bits_per_weight", [](kwker::WType t) { return kwker::format(t).bits_per_weight; }, py::arg("wtype"),
+      "bits_per_weight", [](kwker::WType t) { return kwker::format(t).bits_per_weight; },
+      py::arg("wtype"),
       "Bits a packed weight of this format takes (its block's scales and mins included).");
   m.attr("max_threads") = kwker::kMaxThreads;
   kwker::register_machine(m);

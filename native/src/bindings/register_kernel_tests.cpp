@@ -1,6 +1,6 @@
-// Kernel entry points for the parity tests (tests/native) and the bench's kernel microbenchmark: pad the caller's
-// arrays into the layout the kernels read, run one ISA's kernel, and return unpadded results. Nothing in the
-// engine calls these.
+// Kernel entry points for the parity tests (tests/native) and the bench's kernel microbenchmark:
+// pad the caller's arrays into the layout the kernels read, run one ISA's kernel, and return
+// unpadded results. Nothing in the engine calls these.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -25,7 +25,8 @@ using bindings::weight_array;
 
 std::vector<float> pad_rows(const float* src, int rows, int cols, int stride) {
   std::vector<float> out(size_t(rows) * stride + kPad, 0.f);
-  for (int r = 0; r < rows; r++) std::memcpy(&out[size_t(r) * stride], src + size_t(r) * cols, sizeof(float) * cols);
+  for (int r = 0; r < rows; r++)
+    std::memcpy(&out[size_t(r) * stride], src + size_t(r) * cols, sizeof(float) * cols);
   return out;
 }
 
@@ -34,7 +35,8 @@ struct QuantizedRows {
   std::vector<int8_t> q;
   std::vector<float> d;
   std::vector<float> dsum;
-  QuantizedRows(const float* x, int m, int kp) : q(size_t(m) * kp), d(size_t(m) * kp / kQBlock), dsum(d.size()) {
+  QuantizedRows(const float* x, int m, int kp)
+      : q(size_t(m) * kp), d(size_t(m) * kp / kQBlock), dsum(d.size()) {
     quantize_rows(x, m, kp, kp, q.data(), d.data(), dsum.data());
   }
   QRows view() const { return QRows{q.data(), d.data(), dsum.data()}; }
@@ -45,10 +47,11 @@ QuantizedRows rows_for(WType t, const float* x, int m, int kp) {
   return QuantizedRows(x, wtype_quantized(t) ? m : 0, kp);
 }
 
-// y [m, np] = x w^T (+ bias) over every panel, by the kernel of w's type (x as given, or as qx for quantized w).
-// Panels [p0, p1) of the call (p1 < 0: all).
-void run_matmul(const Kernels& kern, WType t, const float* x, const QuantizedRows& qx, int m, int kp, const void* w,
-                int np, float* y, const float* bias, int p0 = 0, int p1 = -1) {
+// y [m, np] = x w^T (+ bias) over every panel, by the kernel of w's type (x as given, or as qx for
+// quantized w). Panels [p0, p1) of the call (p1 < 0: all).
+void run_matmul(const Kernels& kern, WType t, const float* x, const QuantizedRows& qx, int m,
+                int kp, const void* w, int np, float* y, const float* bias, int p0 = 0,
+                int p1 = -1) {
   if (p1 < 0) p1 = np / kPanel;
   if (wtype_quantized(t))
     kern.qmatmul[int(t) - int(WType::Q8)](qx.view(), m, w, kp, p0, p1, y, np, bias, false);
@@ -56,14 +59,15 @@ void run_matmul(const Kernels& kern, WType t, const float* x, const QuantizedRow
     kern.matmul[int(t)](x, m, kp, w, kp, p0, p1, y, np, bias, false);
 }
 
-// x: [m, k] float32; w: [n, k] float32 or uint16 (bf16 / f16 bits, by wtype). panels: (p0, p1) computes the
-// outputs of panels [p0, p1) only (the others stay 0), as a thread's share does.
-py::array_t<float> kernel_matmul(const std::string& isa, py::object x_arg, py::object w_arg, WType t,
-                                 py::object bias_arg, std::pair<int, int> panels) {
+// x: [m, k] float32; w: [n, k] float32 or uint16 (bf16 / f16 bits, by wtype). panels: (p0, p1)
+// computes the outputs of panels [p0, p1) only (the others stay 0), as a thread's share does.
+py::array_t<float> kernel_matmul(const std::string& isa, py::object x_arg, py::object w_arg,
+                                 WType t, py::object bias_arg, std::pair<int, int> panels) {
   const Kernels& kern = kernels_select(isa);
   const py::array_t<float> x = float_array(x_arg, 2, "x");
   const py::array wc = weight_array(w_arg, t, "w");
-  if (x.shape(1) != wc.shape(1) || x.shape(0) < 1) throw std::invalid_argument("x and w: shape mismatch");
+  if (x.shape(1) != wc.shape(1) || x.shape(0) < 1)
+    throw std::invalid_argument("x and w: shape mismatch");
   const int m = int(x.shape(0)), k = int(x.shape(1)), n = int(wc.shape(0)), kp = pad_to(k);
   const py::array_t<float> bias = bindings::bias_array(bias_arg, n, "bias");
   std::vector<float> xp = pad_rows(x.data(), m, k, kp);
@@ -85,19 +89,24 @@ py::array_t<float> kernel_matmul(const std::string& isa, py::object x_arg, py::o
                b.empty() ? nullptr : b.data(), panels.first, panels.second);
   }
   py::array_t<float> y({m, n});
-  for (int r = 0; r < m; r++) std::memcpy(y.mutable_data() + size_t(r) * n, &yp[size_t(r) * np], sizeof(float) * n);
+  for (int r = 0; r < m; r++)
+    std::memcpy(y.mutable_data() + size_t(r) * n, &yp[size_t(r) * np], sizeof(float) * n);
   return y;
 }
 
-// Best seconds of one single-threaded matmul call of m rows against an [n, k] matrix of random weights (a kernel
-// microbenchmark: weights packed once, activations quantized once, as in a model step).
+// Best seconds of one single-threaded matmul call of m rows against an [n, k] matrix of random
+// weights (a kernel microbenchmark: weights packed once, activations quantized once, as in a model
+// step).
 double kernel_matmul_seconds(const std::string& isa, int m, int n, int k, WType t, int repeats) {
   const Kernels& kern = kernels_select(isa);
   if (m < 1 || n < 1 || k < 1 || repeats < 1 || m > 4096 || n > (1 << 20) || k > (1 << 16))
     throw std::invalid_argument("sizes must be positive (m <= 4096, n <= 2^20, k <= 2^16)");
   const int kp = pad_to(k), np = pad_to(n, kPanel);
   uint32_t state = 12345;
-  auto rnd = [&] { state = state * 1664525u + 1013904223u; return float(int(state >> 9) - (1 << 22)) / (1 << 22); };
+  auto rnd = [&] {
+    state = state * 1664525u + 1013904223u;
+    return float(int(state >> 9) - (1 << 22)) / (1 << 22);
+  };
   std::vector<float> xp(size_t(m) * kp + kPad, 0.f), wf(size_t(n) * k);
   for (int r = 0; r < m; r++)
     for (int c = 0; c < k; c++) xp[size_t(r) * kp + c] = rnd();
@@ -109,7 +118,8 @@ double kernel_matmul_seconds(const std::string& isa, int m, int n, int k, WType 
     for (size_t i = 0; i < wf.size(); i++) {
       uint32_t u;
       std::memcpy(&u, &wf[i], 4);
-      wh[i] = uint16_t(u >> 16);  // bf16 truncation; for f16 any bit pattern of small values is fine to time
+      // bf16 truncation; for f16 any bit pattern of small values is fine to time
+      wh[i] = uint16_t(u >> 16);
     }
     src = wh.data();
   }
@@ -122,12 +132,14 @@ double kernel_matmul_seconds(const std::string& isa, int m, int n, int k, WType 
   for (int r = 0; r < repeats; r++) {
     const auto t0 = std::chrono::steady_clock::now();
     run_matmul(kern, t, xp.data(), qx, m, kp, wp.as<char>(), np, yp.data(), nullptr);
-    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    best = std::min(best,
+                    std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
   return best;
 }
 
-// x [m, k] as the quantized kernels see it: each row quantized per block of kQBlock to int8 and dequantized.
+// x [m, k] as the quantized kernels see it: each row quantized per block of kQBlock to int8 and
+// dequantized.
 py::array_t<float> kernel_quantized_activations(py::object x_arg) {
   const py::array_t<float> x = float_array(x_arg, 2, "x");
   const int m = int(x.shape(0)), k = int(x.shape(1)), kp = pad_to(k), nb = kp / kQBlock;
@@ -135,11 +147,13 @@ py::array_t<float> kernel_quantized_activations(py::object x_arg) {
   py::array_t<float> out({m, k});
   for (int r = 0; r < m; r++)
     for (int c = 0; c < k; c++)
-      out.mutable_data()[size_t(r) * k + c] = float(qx.q[size_t(r) * kp + c]) * qx.d[size_t(r) * nb + c / kQBlock];
+      out.mutable_data()[size_t(r) * k + c] =
+          float(qx.q[size_t(r) * kp + c]) * qx.d[size_t(r) * nb + c / kQBlock];
   return out;
 }
 
-// x [m, k] quantized per row and block by the ISA's kernel: (q [m, kp] int8, d and dsum [m, kp / kQBlock]).
+// x [m, k] quantized per row and block by the ISA's kernel: (q [m, kp] int8, d and dsum [m, kp /
+// kQBlock]).
 py::tuple kernel_quantize(const std::string& isa, py::object x_arg) {
   const Kernels& kern = kernels_select(isa);
   const py::array_t<float> x = float_array(x_arg, 2, "x");
@@ -159,25 +173,29 @@ py::array_t<float> kernel_weights(py::object w_arg, WType t) {
   pack_panels(wc.data(), t, n, k, packed.data());
   py::array_t<float> out({n, k});
   for (int r = 0; r < n; r++)
-    for (int c = 0; c < k; c++) out.mutable_data()[size_t(r) * k + c] = panel_value(packed.data(), t, kp, r, c);
+    for (int c = 0; c < k; c++)
+      out.mutable_data()[size_t(r) * k + c] = panel_value(packed.data(), t, kp, r, c);
   return out;
 }
 
-// q: [rows, hd], k, v: [n, hd]. One query token (ends empty: its rows attend to keys first[0]..n-1) or
-// len(ends) tokens of rows / len(ends) heads each, token t attending to keys first[t]..ends[t]-1 (first: one value
-// for all, or one per token). kv_f16: k and v are stored as fp16 first (the cache's fp16 type: rounded to nearest
-// even).
-// panels_per_part > 0: the call made by its parts (AttendPartFn), the key panels cut every panels_per_part and
-// visited last to first, the rows one at a time, the columns kAttendColumns at a time.
-py::array_t<float> kernel_attend(const std::string& isa, py::object q_arg, py::object k_arg, py::object v_arg,
-                                 float scale, py::object first_arg, bool kv_f16, std::vector<int> ends,
-                                 int panels_per_part) {
+// q: [rows, hd], k, v: [n, hd]. One query token (ends empty: its rows attend to keys first[0]..n-1)
+// or len(ends) tokens of rows / len(ends) heads each, token t attending to keys first[t]..ends[t]-1
+// (first: one value for all, or one per token). kv_f16: k and v are stored as fp16 first (the
+// cache's fp16 type: rounded to nearest even). panels_per_part > 0: the call made by its parts
+// (AttendPartFn), the key panels cut every panels_per_part and visited last to first, the rows one
+// at a time, the columns kAttendColumns at a time.
+py::array_t<float> kernel_attend(const std::string& isa, py::object q_arg, py::object k_arg,
+                                 py::object v_arg, float scale, py::object first_arg, bool kv_f16,
+                                 std::vector<int> ends, int panels_per_part) {
   const Kernels& kern = kernels_select(isa);
-  const py::array_t<float> q = float_array(q_arg, 2, "q"), k = float_array(k_arg, 2, "k"), v = float_array(v_arg, 2, "v");
-  std::vector<int> first = py::isinstance<py::int_>(first_arg) ? std::vector<int>{first_arg.cast<int>()}
-                                                                : first_arg.cast<std::vector<int>>();
+  const py::array_t<float> q = float_array(q_arg, 2, "q"), k = float_array(k_arg, 2, "k"),
+                           v = float_array(v_arg, 2, "v");
+  std::vector<int> first = py::isinstance<py::int_>(first_arg)
+                               ? std::vector<int>{first_arg.cast<int>()}
+                               : first_arg.cast<std::vector<int>>();
   const int rows = int(q.shape(0)), n = int(k.shape(0)), hd = int(k.shape(1)), hdp = pad_to(hd);
-  if (n < 1 || hd < 1 || hd > 4096) throw std::invalid_argument("k must hold 1 or more keys of 1..4096 dims");
+  if (n < 1 || hd < 1 || hd > 4096)
+    throw std::invalid_argument("k must hold 1 or more keys of 1..4096 dims");
   if (ends.empty()) ends.push_back(n);
   const int nt = int(ends.size()), g = rows / nt;
   if (first.size() == 1) first.assign(nt, first[0]);
@@ -185,7 +203,8 @@ py::array_t<float> kernel_attend(const std::string& isa, py::object q_arg, py::o
       g > kMaxAttendHeads || rows > kMaxAttendRows || int(first.size()) != nt)
     throw std::invalid_argument("shape mismatch");
   for (int t = 0; t < nt; t++)
-    if (first[t] < 0 || first[t] >= ends[t] || ends[t] > n) throw std::invalid_argument("need 0 <= first < end <= n");
+    if (first[t] < 0 || first[t] >= ends[t] || ends[t] > n)
+      throw std::invalid_argument("need 0 <= first < end <= n");
   if (panels_per_part < 0) throw std::invalid_argument("panels_per_part must be >= 0");
   std::vector<float> qp = pad_rows(q.data(), rows, hd, hdp), vp = pad_rows(v.data(), n, hd, hdp);
   std::vector<float> kp(size_t(pad_to(n, kPanel)) * hdp, 0.f), scores(size_t(rows) * pad_to(n)),
@@ -198,23 +217,25 @@ py::array_t<float> kernel_attend(const std::string& isa, py::object q_arg, py::o
     kernels_generic().to_f16(f.data(), h.data(), int(f.size()));
     return h;
   };
-  const std::vector<uint16_t> kh = kv_f16 ? half(kp) : std::vector<uint16_t>(), vh = kv_f16 ? half(vp) : kh;
+  const std::vector<uint16_t> kh = kv_f16 ? half(kp) : std::vector<uint16_t>(),
+                              vh = kv_f16 ? half(vp) : kh;
   const int type = int(kv_f16 ? KVType::F16 : KVType::F32);
   const void* kd = kv_f16 ? static_cast<const void*>(kh.data()) : kp.data();
   const void* vd = kv_f16 ? static_cast<const void*>(vh.data()) : vp.data();
   if (panels_per_part <= 0) {
-    attend_whole(kern.attend_part[type], qp.data(), g, nt, q_stride, kd, vd, first.data(), ends.data(), hdp, scale,
-                 scores.data(), out.data());
+    attend_whole(kern.attend_part[type], qp.data(), g, nt, q_stride, kd, vd, first.data(),
+                 ends.data(), hdp, scale, scores.data(), out.data());
   } else {
     auto part = [&](AttendPhase phase, int lo, int hi) {
-      kern.attend_part[type](phase, lo, hi, qp.data(), g, nt, q_stride, kd, vd, first.data(), ends.data(), hdp,
-                             scale, scores.data(), out.data());
+      kern.attend_part[type](phase, lo, hi, qp.data(), g, nt, q_stride, kd, vd, first.data(),
+                             ends.data(), hdp, scale, scores.data(), out.data());
     };
     const int panels = pad_to(n, kPanel) / kPanel;
     for (int p = (panels - 1) / panels_per_part * panels_per_part; p >= 0; p -= panels_per_part)
       part(AttendPhase::Scores, p, p + panels_per_part);
     for (int j = rows - 1; j >= 0; j--) part(AttendPhase::Softmax, j, j + 1);
-    for (int c = hdp - kAttendColumns; c >= 0; c -= kAttendColumns) part(AttendPhase::Values, c, c + kAttendColumns);
+    for (int c = hdp - kAttendColumns; c >= 0; c -= kAttendColumns)
+      part(AttendPhase::Values, c, c + kAttendColumns);
   }
   py::array_t<float> r({rows, hd});
   for (int j = 0; j < rows; j++)
@@ -231,9 +252,11 @@ py::array_t<uint16_t> kernel_to_f16(const std::string& isa, py::object x_arg) {
   return out;
 }
 
-py::array_t<float> kernel_glu(const std::string& isa, py::object gate_arg, py::object up_arg, Activation act) {
+py::array_t<float> kernel_glu(const std::string& isa, py::object gate_arg, py::object up_arg,
+                              Activation act) {
   const Kernels& kern = kernels_select(isa);
-  const py::array_t<float> gate = float_array(gate_arg, 1, "gate"), up = float_array(up_arg, 1, "up");
+  const py::array_t<float> gate = float_array(gate_arg, 1, "gate"),
+                           up = float_array(up_arg, 1, "up");
   const int n = int(gate.size()), np = pad_to(n);
   if (up.size() != n) throw std::invalid_argument("gate and up differ in length");
   std::vector<float> g = pad_rows(gate.data(), 1, n, np), u = pad_rows(up.data(), 1, n, np), o(np);
@@ -243,7 +266,8 @@ py::array_t<float> kernel_glu(const std::string& isa, py::object gate_arg, py::o
   return r;
 }
 
-// softmax_stats on one ISA's kernel (the sampler's own entry, in register_sampler.cpp, uses the process's).
+// softmax_stats on one ISA's kernel (the sampler's own entry, in register_sampler.cpp, uses the
+// process's).
 py::tuple kernel_softmax_stats(const std::string& isa, py::object x_arg, float t, float close) {
   const Kernels& kern = kernels_select(isa);
   const py::array_t<float> x = float_array(x_arg, 1, "x");
@@ -262,19 +286,19 @@ py::tuple kernel_softmax_stats(const std::string& isa, py::object x_arg, float t
 }  // namespace
 
 void register_kernel_tests(py::module_& m) {
-  m.def("kernel_matmul", &kernel_matmul, py::arg("isa"), py::arg("x"), py::arg("w"), py::arg("wtype"),
-        py::arg("bias") = py::none(), py::arg("panels") = std::make_pair(0, -1));
-  m.def("kernel_matmul_seconds", &kernel_matmul_seconds, py::arg("isa"), py::arg("m"), py::arg("n"), py::arg("k"),
-        py::arg("wtype"), py::arg("repeats") = 5);
+  m.def("kernel_matmul", &kernel_matmul, py::arg("isa"), py::arg("x"), py::arg("w"),
+        py::arg("wtype"), py::arg("bias") = py::none(), py::arg("panels") = std::make_pair(0, -1));
+  m.def("kernel_matmul_seconds", &kernel_matmul_seconds, py::arg("isa"), py::arg("m"), py::arg("n"),
+        py::arg("k"), py::arg("wtype"), py::arg("repeats") = 5);
   m.def("kernel_weights", &kernel_weights, py::arg("w"), py::arg("wtype"));
   m.def("kernel_quantized_activations", &kernel_quantized_activations, py::arg("x"));
   m.def("kernel_quantize", &kernel_quantize, py::arg("isa"), py::arg("x"));
-  m.def("kernel_attend", &kernel_attend, py::arg("isa"), py::arg("q"), py::arg("k"), py::arg("v"), py::arg("scale"),
-        py::arg("first") = 0, py::arg("kv_f16") = false, py::arg("ends") = std::vector<int>{},
-        py::arg("panels_per_part") = 0);
+  m.def("kernel_attend", &kernel_attend, py::arg("isa"), py::arg("q"), py::arg("k"), py::arg("v"),
+        py::arg("scale"), py::arg("first") = 0, py::arg("kv_f16") = false,
+        py::arg("ends") = std::vector<int>{}, py::arg("panels_per_part") = 0);
   m.def("kernel_to_f16", &kernel_to_f16, py::arg("isa"), py::arg("x"));
-  m.def("kernel_softmax_stats", &kernel_softmax_stats, py::arg("isa"), py::arg("x"), py::arg("temperature"),
-        py::arg("close"));
+  m.def("kernel_softmax_stats", &kernel_softmax_stats, py::arg("isa"), py::arg("x"),
+        py::arg("temperature"), py::arg("close"));
   m.def("kernel_glu", &kernel_glu, py::arg("isa"), py::arg("gate"), py::arg("up"),
         py::arg("activation") = Activation::Silu, "act(gate) * up");
 }

@@ -1,4 +1,5 @@
-// kwker._native.Pool and Linear: a float32 matrix packed for the native kernels, called like torch's F.linear.
+// kwker._native.Pool and Linear: a float32 matrix packed for the native kernels, called like
+// torch's F.linear.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
@@ -15,8 +16,8 @@ namespace kwker {
 
 namespace {
 
-std::unique_ptr<Linear> make_linear(py::object w_arg, py::object bias_arg, std::shared_ptr<ThreadPool> pool,
-                                    const std::string& isa) {
+std::unique_ptr<Linear> make_linear(py::object w_arg, py::object bias_arg,
+                                    std::shared_ptr<ThreadPool> pool, const std::string& isa) {
   const py::array w = bindings::weight_array(w_arg, WType::F32, "weight");
   const py::array_t<float> bias = bindings::bias_array(bias_arg, w.shape(0), "bias");
   if (!pool) throw std::invalid_argument("a Linear needs a Pool");
@@ -53,7 +54,8 @@ void register_linear(py::module_& mod) {
       .def(py::init<int>(), py::arg("threads"))
       .def_property_readonly("threads", &ThreadPool::size);
   py::class_<Linear>(mod, "Linear")
-      .def(py::init(&make_linear), py::arg("weight"), py::arg("bias"), py::arg("pool"), py::arg("isa"))
+      .def(py::init(&make_linear), py::arg("weight"), py::arg("bias"), py::arg("pool"),
+           py::arg("isa"))
       .def("__call__", &forward, py::arg("x"))
       .def_property_readonly("in_features", &Linear::k)
       .def_property_readonly("out_features", &Linear::n);

@@ -1,5 +1,5 @@
-// What this machine runs and how fast it can go: the ISA checks, and the probes `kwker bench` holds its figures
-// against (read bandwidth, FMA and int8 dot-product peaks).
+// What this machine runs and how fast it can go: the ISA checks, and the probes `kwker bench` holds
+// its figures against (read bandwidth, FMA and int8 dot-product peaks).
 #include <pybind11/pybind11.h>
 
 #include <stdexcept>
@@ -23,7 +23,8 @@ void check_threads(int threads) {
 }  // namespace
 
 void register_machine(py::module_& m) {
-  m.def("isa_supported", &isa_supported, py::arg("isa"), "Whether this CPU runs the given ISA's kernels.");
+  m.def("isa_supported", &isa_supported, py::arg("isa"),
+        "Whether this CPU runs the given ISA's kernels.");
   m.def("isa_best", &isa_best, "The best ISA this CPU runs.");
   m.def(
       "measure_read_bandwidth",
@@ -34,7 +35,8 @@ void register_machine(py::module_& m) {
         py::gil_scoped_release release;
         return measure_read_bandwidth(bytes, threads, repeats);
       },
-      py::arg("bytes"), py::arg("threads"), py::arg("repeats") = 8, "Best read GB/s over a buffer of `bytes`.");
+      py::arg("bytes"), py::arg("threads"), py::arg("repeats") = 8,
+      "Best read GB/s over a buffer of `bytes`.");
   m.def(
       "measure_fma_peak",
       [](int threads) {
@@ -50,7 +52,8 @@ void register_machine(py::module_& m) {
         py::gil_scoped_release release;
         return measure_int8_peak(threads);
       },
-      py::arg("threads"), "Best int8 (u8 x s8) G multiply-accumulates/s: AVX2 vpmaddubsw or AVX-512 VNNI vpdpbusd.");
+      py::arg("threads"),
+      "Best int8 (u8 x s8) G multiply-accumulates/s: AVX2 vpmaddubsw or AVX-512 VNNI vpdpbusd.");
 }
 
 }  // namespace kwker

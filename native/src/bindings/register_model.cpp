@@ -1,4 +1,5 @@
-// kwker._native.Model: built from a config dict and numpy weight arrays; step() runs one decode step.
+// kwker._native.Model: built from a config dict and numpy weight arrays; step() runs one decode
+// step.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -59,27 +60,33 @@ Config config_from_dict(const py::dict& d) {
 }
 
 std::unique_ptr<Model> make_model(const py::dict& config, py::object cos_arg, py::object sin_arg,
-                                  int max_cache_len, int n_slots, int max_step_tokens, int max_out_rows,
-                                  int threads, const std::string& isa) {
+                                  int max_cache_len, int n_slots, int max_step_tokens,
+                                  int max_out_rows, int threads, const std::string& isa) {
   Config c = config_from_dict(config);
   if (c.head_dim < 2 || c.rope_dim < 0 || c.rope_dim > c.head_dim)
     throw std::invalid_argument("head_dim must be at least 2 and rope_dim at most head_dim");
   const py::ssize_t half = (c.rope_dim ? c.rope_dim : c.head_dim) / 2;
   // [max_cache_len, half], or n tables [n, max_cache_len, half]
-  py::array_t<float> rope_cos = float_array(cos_arg, -1, "rope_cos"), rope_sin = float_array(sin_arg, -1, "rope_sin");
+  py::array_t<float> rope_cos = float_array(cos_arg, -1, "rope_cos"),
+                     rope_sin = float_array(sin_arg, -1, "rope_sin");
   const py::ssize_t nd = rope_cos.ndim();
   bool ok = (nd == 2 || nd == 3) && rope_sin.ndim() == nd;
   for (py::ssize_t i = 0; ok && i < nd; i++) ok = rope_cos.shape(i) == rope_sin.shape(i);
-  if (!ok || rope_cos.shape(nd - 2) != max_cache_len || rope_cos.shape(nd - 1) != half || rope_cos.shape(0) < 1)
-    throw std::invalid_argument("rope tables must be [max_cache_len, rope_dim / 2] or [n, max_cache_len, rope_dim / 2]");
-  return std::make_unique<Model>(c, nd == 2 ? 1 : int(rope_cos.shape(0)), rope_cos.data(), rope_sin.data(),
-                                 max_cache_len, n_slots, max_step_tokens, max_out_rows, threads, isa);
+  if (!ok || rope_cos.shape(nd - 2) != max_cache_len || rope_cos.shape(nd - 1) != half ||
+      rope_cos.shape(0) < 1)
+    throw std::invalid_argument(
+        "rope tables must be [max_cache_len, rope_dim / 2] or [n, max_cache_len, rope_dim / 2]");
+  return std::make_unique<Model>(c, nd == 2 ? 1 : int(rope_cos.shape(0)), rope_cos.data(),
+                                 rope_sin.data(), max_cache_len, n_slots, max_step_tokens,
+                                 max_out_rows, threads, isa);
 }
 
-void set_matrix(Model& m, const std::string& name, py::object w_arg, WType wtype, py::object bias_arg) {
+void set_matrix(Model& m, const std::string& name, py::object w_arg, WType wtype,
+                py::object bias_arg) {
   const py::array w = bindings::weight_array(w_arg, wtype, "weight " + name);
   const py::array_t<float> bias = bindings::bias_array(bias_arg, w.shape(0), "bias of " + name);
-  m.set_matrix(name, w.data(), wtype, int(w.shape(0)), int(w.shape(1)), bias.size() ? bias.data() : nullptr);
+  m.set_matrix(name, w.data(), wtype, int(w.shape(0)), int(w.shape(1)),
+               bias.size() ? bias.data() : nullptr);
 }
 
 void set_norm(Model& m, const std::string& name, py::object w_arg) {
@@ -87,32 +94,34 @@ void set_norm(Model& m, const std::string& name, py::object w_arg) {
   m.set_norm(name, w.data(), int(w.shape(0)));
 }
 
-// tokens, slots, positions: [T] int32/int64; out_rows: [R]. Returns argmax [R]; the logits stay in the model
-// (see logits()). The ids are copied before the GIL is released.
-py::array_t<int32_t> step(Model& m, py::object tokens_arg, py::object slots_arg, py::object positions_arg,
-                          py::object out_rows_arg) {
-  const std::vector<int32_t> tokens = id_vector(tokens_arg, "tokens"), slots = id_vector(slots_arg, "slots"),
+// tokens, slots, positions: [T] int32/int64; out_rows: [R]. Returns argmax [R]; the logits stay in
+// the model (see logits()). The ids are copied before the GIL is released.
+py::array_t<int32_t> step(Model& m, py::object tokens_arg, py::object slots_arg,
+                          py::object positions_arg, py::object out_rows_arg) {
+  const std::vector<int32_t> tokens = id_vector(tokens_arg, "tokens"),
+                             slots = id_vector(slots_arg, "slots"),
                              positions = id_vector(positions_arg, "positions"),
                              out_rows = id_vector(out_rows_arg, "out_rows");
   const int T = int(tokens.size()), R = int(out_rows.size());
   if (T < 1 || T > m.max_step_tokens())
-    throw std::invalid_argument("a step takes 1.." + std::to_string(m.max_step_tokens()) + " tokens, got " +
-                                std::to_string(T));
+    throw std::invalid_argument("a step takes 1.." + std::to_string(m.max_step_tokens()) +
+                                " tokens, got " + std::to_string(T));
   if (int(slots.size()) != T || int(positions.size()) != T)
     throw std::invalid_argument("tokens, slots, positions differ in length");
   if (R > T || R > m.max_out_rows())
-    throw std::invalid_argument("a step returns at most " + std::to_string(m.max_out_rows()) + " rows of logits");
+    throw std::invalid_argument("a step returns at most " + std::to_string(m.max_out_rows()) +
+                                " rows of logits");
   const Config& c = m.config();
   for (int t = 0; t < T; t++) {
     if (tokens[t] < 0 || tokens[t] >= c.vocab)
-      throw std::invalid_argument("token id " + std::to_string(tokens[t]) + " outside the vocabulary of " +
-                                  std::to_string(c.vocab));
+      throw std::invalid_argument("token id " + std::to_string(tokens[t]) +
+                                  " outside the vocabulary of " + std::to_string(c.vocab));
     if (slots[t] < 0 || slots[t] >= m.n_slots())
       throw std::invalid_argument("slot " + std::to_string(slots[t]) + " out of range (" +
                                   std::to_string(m.n_slots()) + " slots)");
     if (positions[t] < 0 || positions[t] >= m.max_cache_len())
-      throw std::invalid_argument("position " + std::to_string(positions[t]) + " outside the cache of " +
-                                  std::to_string(m.max_cache_len()));
+      throw std::invalid_argument("position " + std::to_string(positions[t]) +
+                                  " outside the cache of " + std::to_string(m.max_cache_len()));
   }
   for (int r = 0; r < R; r++)
     if (out_rows[r] < 0 || out_rows[r] >= T) throw std::invalid_argument("output row out of range");
@@ -130,20 +139,24 @@ py::array_t<int32_t> step(Model& m, py::object tokens_arg, py::object slots_arg,
 void register_model(py::module_& mod) {
   py::class_<Model>(mod, "Model")
       .def(py::init(&make_model), py::arg("config"), py::arg("rope_cos"), py::arg("rope_sin"),
-           py::arg("max_cache_len"), py::arg("n_slots"), py::arg("max_step_tokens"), py::arg("max_out_rows"),
-           py::arg("threads"), py::arg("isa") = "")
-      .def("set_matrix", &set_matrix, py::arg("name"), py::arg("w"), py::arg("wtype"), py::arg("bias") = py::none())
+           py::arg("max_cache_len"), py::arg("n_slots"), py::arg("max_step_tokens"),
+           py::arg("max_out_rows"), py::arg("threads"), py::arg("isa") = "")
+      .def("set_matrix", &set_matrix, py::arg("name"), py::arg("w"), py::arg("wtype"),
+           py::arg("bias") = py::none())
       .def("set_norm", &set_norm, py::arg("name"), py::arg("w"))
       .def("check_complete", &Model::check_complete)
-      .def("step", &step, py::arg("tokens"), py::arg("slots"), py::arg("positions"), py::arg("out_rows"))
+      .def("step", &step, py::arg("tokens"), py::arg("slots"), py::arg("positions"),
+           py::arg("out_rows"))
       .def(
           "logits",
           [](py::object self, int rows) {
             Model& m = self.cast<Model&>();
-            if (rows < 0 || rows > m.max_out_rows()) throw std::invalid_argument("rows out of range");
+            if (rows < 0 || rows > m.max_out_rows())
+              throw std::invalid_argument("rows out of range");
             // A view of the model's buffer [rows, vocab]; valid until the next step.
             return py::array_t<float>({rows, m.config().vocab},
-                                      {sizeof(float) * m.vocab_stride(), sizeof(float)}, m.logits(), self);
+                                      {sizeof(float) * m.vocab_stride(), sizeof(float)}, m.logits(),
+                                      self);
           },
           py::arg("rows"))
       .def_property_readonly("isa", &Model::isa)

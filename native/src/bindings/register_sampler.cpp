@@ -1,5 +1,6 @@
-// The sampler's native pass (kwker.sampling): softmax statistics of a row of scores, on the kernels chosen once
-// for the process (the best ISA, or KWKER_ISA). Every ISA gives the same bits, so the choice is one of speed.
+// The sampler's native pass (kwker.sampling): softmax statistics of a row of scores, on the kernels
+// chosen once for the process (the best ISA, or KWKER_ISA). Every ISA gives the same bits, so the
+// choice is one of speed.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
@@ -17,21 +18,25 @@ namespace kwker {
 namespace {
 
 const Kernels& sampler_kernels() {
-  static const Kernels& k = [] () -> const Kernels& {
+  static const Kernels& k = []() -> const Kernels& {
     const char* forced = std::getenv("KWKER_ISA");
     return kernels_select(forced ? forced : "");
   }();
   return k;
 }
 
-// (max q, sum of exp(q - max q), ids of the q >= max q - close) for q = x / temperature, x a float32 row.
+// (max q, sum of exp(q - max q), ids of the q >= max q - close) for q = x / temperature, x a
+// float32 row.
 py::tuple softmax_stats(py::object x_arg, float t, float close) {
   const py::array_t<float> x = bindings::float_array(x_arg, 1, "scores");
   if (x.shape(0) == 0) throw std::invalid_argument("softmax_stats takes a non-empty row");
-  if (!(t > 0) || !std::isfinite(t)) throw std::invalid_argument("the temperature must be positive and finite");
-  if (!(close >= 0) || !std::isfinite(close)) throw std::invalid_argument("close must be >= 0 and finite");
+  if (!(t > 0) || !std::isfinite(t))
+    throw std::invalid_argument("the temperature must be positive and finite");
+  if (!(close >= 0) || !std::isfinite(close))
+    throw std::invalid_argument("close must be >= 0 and finite");
   const int n = int(x.shape(0));
-  thread_local std::vector<int32_t> ids;  // kept: a fresh vocabulary-sized buffer is page faults on every call
+  thread_local std::vector<int32_t>
+      ids;  // kept: a fresh vocabulary-sized buffer is page faults on every call
   if (ids.size() < size_t(n)) ids.resize(n);
   float mx;
   double sum;
@@ -49,8 +54,11 @@ py::tuple softmax_stats(py::object x_arg, float t, float close) {
 
 void register_sampler(py::module_& m) {
   m.def("softmax_stats", &softmax_stats, py::arg("x"), py::arg("temperature"), py::arg("close"),
-        "(max q, sum of exp(q - max q), ids of the q >= max q - close) for q = x / temperature (float32)");
-  m.def("sampler_isa", [] { return std::string(sampler_kernels().name); }, "The ISA softmax_stats runs on.");
+        "(max q, sum of exp(q - max q), ids of the q >= max q - close) for q = x / temperature "
+        "(float32)");
+  m.def(
+      "sampler_isa", [] { return std::string(sampler_kernels().name); },
+      "The ISA softmax_stats runs on.");
 }
 
 }  // namespace kwker

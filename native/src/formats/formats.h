@@ -1,11 +1,10 @@
-// Weight formats and the packed layout the kernels read: the element types, the quantized blocks (plain structs),
-// one trait row per format, and the load-time packer and quantizer (pack.cpp).
+// Weight formats and the packed layout the kernels read: the element types, the quantized blocks
+// (plain structs), one trait row per format, and the load-time packer and quantizer (pack.cpp).
 //
 // A weight matrix [n, k] is packed in panels of kPanel rows, k padded with zeros to kp = pad_to(k):
-//   float formats: [n_pad / kPanel][kp][kPanel] elements, so that one load brings kPanel outputs' weights for
-//   one k (the layout an outer-product kernel streams);
-//   quantized formats: per panel, kp / kQBlock blocks (BlockQ8 / BlockQ4 below), each kQBlock columns of the
-//   panel's kPanel rows.
+//   float formats: [n_pad / kPanel][kp][kPanel] elements, so that one load brings kPanel outputs'
+//   weights for one k (the layout an outer-product kernel streams); quantized formats: per panel,
+//   kp / kQBlock blocks (BlockQ8 / BlockQ4 below), each kQBlock columns of the panel's kPanel rows.
 #pragma once
 
 #include <cstddef>
@@ -13,7 +12,8 @@
 
 namespace kwker {
 
-constexpr int kPad = 32;    // floats; a multiple of the quantization block and of every register width
+// Rows are padded to kPad floats: a multiple of the quantization block and of every register width.
+constexpr int kPad = 32;
 constexpr int kPanel = 16;  // weight rows per packed panel
 
 inline int pad_to(int n, int m = kPad) { return (n + m - 1) / m * m; }
@@ -21,28 +21,32 @@ inline int pad_to(int n, int m = kPad) { return (n + m - 1) / m * m; }
 enum class WType : int { F32 = 0, BF16 = 1, F16 = 2, Q8 = 3, Q4 = 4 };
 constexpr int kWTypes = 5;
 constexpr int kQBlock = 32;  // weights per quantization block, along k
-constexpr int kQGroup = 4;   // k-steps per group: what one integer dot-product instruction takes per lane
+// k-steps per group: what one integer dot-product instruction takes per lane
+constexpr int kQGroup = 4;
 
-// Q8: value = q * scale, q in [-127, 127] (symmetric), scale fp16. The 32 columns of a block are 8 groups of 4
-// k-steps; a group holds, for each of the kPanel rows, its 4 consecutive values: the layout maddubs and vpdpbusd
-// consume (one 4-byte broadcast of the activations meets 4 k-steps of every row). 8.5 bits per weight.
+// Q8: value = q * scale, q in [-127, 127] (symmetric), scale fp16. The 32 columns of a block are 8
+// groups of 4 k-steps; a group holds, for each of the kPanel rows, its 4 consecutive values: the
+// layout maddubs and vpdpbusd consume (one 4-byte broadcast of the activations meets 4 k-steps of
+// every row). 8.5 bits per weight.
 struct BlockQ8 {
-  uint16_t scale[kPanel];                              // fp16, per row
-  int8_t q[kQBlock / kQGroup][kPanel][kQGroup];         // [group][row][k step]
+  uint16_t scale[kPanel];                        // fp16, per row
+  int8_t q[kQBlock / kQGroup][kPanel][kQGroup];  // [group][row][k step]
 };
 static_assert(sizeof(BlockQ8) == 544, "BlockQ8: 16 fp16 scales + 512 weights");
 
-// Q4: value = q * scale + min, q in [0, 15] (asymmetric, as ggml's Q4_1: a block whose values are not centred on
-// zero keeps all 16 levels), scale and min fp16. A group packs two rows per byte: byte r * 4 + e holds row r
-// (low nibble) and row r + 8 (high nibble) at k step e. 5 bits per weight.
+// Q4: value = q * scale + min, q in [0, 15] (asymmetric, as ggml's Q4_1: a block whose values are
+// not centred on zero keeps all 16 levels), scale and min fp16. A group packs two rows per byte:
+// byte r * 4 + e holds row r (low nibble) and row r + 8 (high nibble) at k step e. 5 bits per
+// weight.
 struct BlockQ4 {
-  uint16_t scale[kPanel];                              // fp16, per row
-  uint16_t min[kPanel];                                // fp16, per row
-  uint8_t q[kQBlock / kQGroup][kPanel / 2][kQGroup];    // [group][row % 8][k step], nibble by row / 8
+  uint16_t scale[kPanel];                             // fp16, per row
+  uint16_t min[kPanel];                               // fp16, per row
+  uint8_t q[kQBlock / kQGroup][kPanel / 2][kQGroup];  // [group][row % 8][k step], nibble by row / 8
 };
 static_assert(sizeof(BlockQ4) == 320, "BlockQ4: 16 fp16 scales + 16 fp16 mins + 512 nibbles");
 
-// What the matmul of a format reads as activations: float rows, or rows quantized to int8 per block (QRows).
+// What the matmul of a format reads as activations: float rows, or rows quantized to int8 per block
+// (QRows).
 enum class ActivationFormat { Float32, Int8Blocks };
 
 // One row per format: its name, the activations its kernels take, and its size.
@@ -58,18 +62,30 @@ inline constexpr FormatTraits kFormats[kWTypes] = {
     {WType::F32, "F32", ActivationFormat::Float32, 4, 0, 32.0},
     {WType::BF16, "BF16", ActivationFormat::Float32, 2, 0, 16.0},
     {WType::F16, "F16", ActivationFormat::Float32, 2, 0, 16.0},
-    {WType::Q8, "Q8", ActivationFormat::Int8Blocks, 0, sizeof(BlockQ8), 8.0 * sizeof(BlockQ8) / (kPanel * kQBlock)},
-    {WType::Q4, "Q4", ActivationFormat::Int8Blocks, 0, sizeof(BlockQ4), 8.0 * sizeof(BlockQ4) / (kPanel * kQBlock)},
+    {WType::Q8, "Q8", ActivationFormat::Int8Blocks, 0, sizeof(BlockQ8),
+     8.0 * sizeof(BlockQ8) / (kPanel * kQBlock)},
+    {WType::Q4, "Q4", ActivationFormat::Int8Blocks, 0, sizeof(BlockQ4),
+     8.0 * sizeof(BlockQ4) / (kPanel * kQBlock)},
 };
 constexpr const FormatTraits& format(WType t) { return kFormats[int(t)]; }
 
-constexpr bool wtype_quantized(WType t) { return format(t).activations == ActivationFormat::Int8Blocks; }
-constexpr size_t wtype_size(WType t) { return format(t).element_bytes; }  // element size of the float formats
-// The parts of a block as the SIMD kernels address them: the header (scales, and mins for Q4), then its groups.
-constexpr size_t qheader_bytes(WType t) { return t == WType::Q8 ? sizeof(BlockQ8::scale) : 2 * sizeof(BlockQ4::scale); }
-constexpr size_t qgroup_bytes(WType t) { return t == WType::Q8 ? sizeof(BlockQ8::q[0]) : sizeof(BlockQ4::q[0]); }
+constexpr bool wtype_quantized(WType t) {
+  return format(t).activations == ActivationFormat::Int8Blocks;
+}
+constexpr size_t wtype_size(WType t) {
+  return format(t).element_bytes;
+}  // element size of the float formats
+// The parts of a block as the SIMD kernels address them: the header (scales, and mins for Q4), then
+// its groups.
+constexpr size_t qheader_bytes(WType t) {
+  return t == WType::Q8 ? sizeof(BlockQ8::scale) : 2 * sizeof(BlockQ4::scale);
+}
+constexpr size_t qgroup_bytes(WType t) {
+  return t == WType::Q8 ? sizeof(BlockQ8::q[0]) : sizeof(BlockQ4::q[0]);
+}
 constexpr size_t qblock_bytes(WType t) { return format(t).block_bytes; }
-static_assert(offsetof(BlockQ8, q) == qheader_bytes(WType::Q8) && offsetof(BlockQ4, q) == qheader_bytes(WType::Q4),
+static_assert(offsetof(BlockQ8, q) == qheader_bytes(WType::Q8) &&
+                  offsetof(BlockQ4, q) == qheader_bytes(WType::Q4),
               "a block's groups follow its header");
 
 // Portable scalar conversions, shared by the reference kernels and weight packing.
@@ -82,8 +98,8 @@ inline float bf16_to_f32(uint16_t h) {
 float f16_to_f32(uint16_t h);
 uint16_t f32_to_f16(float f);  // round to nearest even
 
-// Rounding to the nearest integer, ties to even, with plain float adds (exact for |v| < 2^22): the same bits on
-// every ISA and vectorizable, unlike a libm call.
+// Rounding to the nearest integer, ties to even, with plain float adds (exact for |v| < 2^22): the
+// same bits on every ISA and vectorizable, unlike a libm call.
 inline int round_even(float v) {
   constexpr float kMagic = 12582912.f;  // 1.5 * 2^23
   const float r = v + kMagic;
@@ -95,16 +111,20 @@ inline int round_even(float v) {
 
 // Bytes of a packed [n, k] matrix of type t.
 size_t panel_bytes(WType t, int n, int k);
-// Packs a row-major [n, k] matrix into zeroed panels of type t. src holds elements of type t for the float
-// formats and float32 for the quantized ones (quantized here).
+// Packs a row-major [n, k] matrix into zeroed panels of type t. src holds elements of type t for
+// the float formats and float32 for the quantized ones (quantized here).
 void pack_panels(const void* src, WType t, int n, int k, void* dst);
-// The rows of panels [p0, p1) only, into a zeroed dst (panels are independent: threads can share the work).
+// The rows of panels [p0, p1) only, into a zeroed dst (panels are independent: threads can share
+// the work).
 void pack_panel_range(const void* src, WType t, int n, int k, void* dst, int p0, int p1);
 // Element (r, c) of a packed matrix, as the kernels see it (dequantized).
 float panel_value(const void* packed, WType t, int kp, int r, int c);
 // Index of element (r, c) in a float-format packed matrix.
-inline size_t panel_index(int r, int c, int kp) { return (size_t(r / kPanel) * kp + c) * kPanel + r % kPanel; }
-// Quantized weight (row r, column c) of a packed Q8/Q4 matrix: the integer q, the block's scale and min (0 for Q8).
+inline size_t panel_index(int r, int c, int kp) {
+  return (size_t(r / kPanel) * kp + c) * kPanel + r % kPanel;
+}
+// Quantized weight (row r, column c) of a packed Q8/Q4 matrix: the integer q, the block's scale and
+// min (0 for Q8).
 int panel_q(const void* packed, WType t, int kp, int r, int c, float* scale, float* min);
 
 }  // namespace kwker

@@ -1,5 +1,5 @@
-// The load-time side of the formats (formats.h): fp16 conversions, the quantizer that chooses each block's
-// scale (and min) by least squares, and the packer that lays a matrix out in panels.
+// The load-time side of the formats (formats.h): fp16 conversions, the quantizer that chooses each
+// block's scale (and min) by least squares, and the packer that lays a matrix out in panels.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -54,7 +54,8 @@ uint16_t f32_to_f16(float f) {
   }
   uint32_t h = sign | uint32_t(e) << 10 | mant >> 13;
   const uint32_t rem = mant & 0x1fff;
-  if (rem > 0x1000 || (rem == 0x1000 && (h & 1))) h++;  // a carry into the exponent is the right rounding
+  if (rem > 0x1000 || (rem == 0x1000 && (h & 1)))
+    h++;  // a carry into the exponent is the right rounding
   return uint16_t(h);
 }
 
@@ -62,17 +63,22 @@ namespace {
 
 float float_at(const void* data, WType t, size_t i) {
   switch (t) {
-    case WType::F32: return static_cast<const float*>(data)[i];
-    case WType::BF16: return bf16_to_f32(static_cast<const uint16_t*>(data)[i]);
-    default: return f16_to_f32(static_cast<const uint16_t*>(data)[i]);
+    case WType::F32:
+      return static_cast<const float*>(data)[i];
+    case WType::BF16:
+      return bf16_to_f32(static_cast<const uint16_t*>(data)[i]);
+    default:
+      return f16_to_f32(static_cast<const uint16_t*>(data)[i]);
   }
 }
 
-// The block holding (row r, column c) of a packed quantized matrix: a panel's blocks follow one another along k.
+// The block holding (row r, column c) of a packed quantized matrix: a panel's blocks follow one
+// another along k.
 template <class Block>
 Block* block_at(const void* packed, int kp, int r, int c) {
   const size_t per_panel = size_t(kp / kQBlock);
-  return static_cast<Block*>(const_cast<void*>(packed)) + size_t(r / kPanel) * per_panel + c / kQBlock;
+  return static_cast<Block*>(const_cast<void*>(packed)) + size_t(r / kPanel) * per_panel +
+         c / kQBlock;
 }
 
 // round_even(v) clamped to [lo, hi], as a float.
@@ -91,9 +97,9 @@ float quant_error(const float* v, float d, int lo, int hi) {
   return e;
 }
 
-// The step for a symmetric (Q8) block: the plain one (largest magnitude to the end of the range) or, if better,
-// one of a few nearby steps refined by least squares (d = sum v q / sum q q for the integers q it rounds to),
-// whichever has the smallest squared error.
+// The step for a symmetric (Q8) block: the plain one (largest magnitude to the end of the range)
+// or, if better, one of a few nearby steps refined by least squares (d = sum v q / sum q q for the
+// integers q it rounds to), whichever has the smallest squared error.
 float block_step(const float* v, float d0, int lo, int hi) {
   if (d0 == 0.f) return 0.f;  // an all-zero block
   float best = d0, best_err = quant_error(v, d0, lo, hi);
@@ -111,8 +117,8 @@ float block_step(const float* v, float d0, int lo, int hi) {
   return best;
 }
 
-// Levels of an asymmetric (Q4) block for fp16 step d and min m: q = round((v - m) / d) in [0, 15]; returns the
-// squared error of q * d + m.
+// Levels of an asymmetric (Q4) block for fp16 step d and min m: q = round((v - m) / d) in [0, 15];
+// returns the squared error of q * d + m.
 float levels_q4(const float* v, uint16_t dh, uint16_t mh, float* q) {
   const float d = f16_to_f32(dh), m = f16_to_f32(mh), inv = d != 0.f ? 1.f / d : 0.f;
   float e = 0.f;
@@ -124,9 +130,9 @@ float levels_q4(const float* v, uint16_t dh, uint16_t mh, float* q) {
   return e;
 }
 
-// Step and min (fp16) of an asymmetric block: the plain range (min to max in 15 steps), then least-squares fits
-// of (d, m) to the levels each candidate rounds to, from the plain and two slightly narrower ranges; the
-// candidate with the smallest squared error after fp16 rounding wins.
+// Step and min (fp16) of an asymmetric block: the plain range (min to max in 15 steps), then
+// least-squares fits of (d, m) to the levels each candidate rounds to, from the plain and two
+// slightly narrower ranges; the candidate with the smallest squared error after fp16 rounding wins.
 void block_step_min(const float* v, uint16_t* dh, uint16_t* mh) {
   float lo = v[0], hi = v[0];
   for (int j = 1; j < kQBlock; j++) lo = std::min(lo, v[j]), hi = std::max(hi, v[j]);
@@ -134,11 +140,13 @@ void block_step_min(const float* v, uint16_t* dh, uint16_t* mh) {
   *dh = f32_to_f16((hi - lo) / 15.f), *mh = f32_to_f16(lo);
   float best = levels_q4(v, *dh, *mh, q);
   for (float f : {1.0f, 0.95f, 0.9f}) {
-    uint16_t d1 = f32_to_f16((hi - lo) * f / 15.f), m1 = f32_to_f16(lo + (hi - lo) * (1.f - f) / 2.f);
+    uint16_t d1 = f32_to_f16((hi - lo) * f / 15.f),
+             m1 = f32_to_f16(lo + (hi - lo) * (1.f - f) / 2.f);
     for (int iter = 0; iter < 2; iter++) {
       levels_q4(v, d1, m1, q);
       double sq = 0, sv = 0, sqq = 0, sqv = 0;
-      for (int j = 0; j < kQBlock; j++) sq += q[j], sv += v[j], sqq += double(q[j]) * q[j], sqv += double(q[j]) * v[j];
+      for (int j = 0; j < kQBlock; j++)
+        sq += q[j], sv += v[j], sqq += double(q[j]) * q[j], sqv += double(q[j]) * v[j];
       const double det = kQBlock * sqq - sq * sq;
       if (det <= 0) break;  // every value on one level: the plain candidate already has it
       const double d = (kQBlock * sqv - sq * sv) / det, m = (sv - d * sq) / kQBlock;
@@ -168,7 +176,8 @@ void quantize_q8(const float* v, BlockQ8* block, int i) {
   const uint16_t dh = f32_to_f16(block_step(v, amax / 127.f, -127, 127));
   block->scale[i] = dh;
   const float d = f16_to_f32(dh), inv = d != 0.f ? 1.f / d : 0.f;
-  for (int j = 0; j < kQBlock; j++) block->q[j / kQGroup][i][j % kQGroup] = int8_t(quant_level(v[j] * inv, -127, 127));
+  for (int j = 0; j < kQBlock; j++)
+    block->q[j / kQGroup][i][j % kQGroup] = int8_t(quant_level(v[j] * inv, -127, 127));
 }
 
 }  // namespace
@@ -192,8 +201,10 @@ void pack_panel_range(const void* src, WType t, int n, int k, void* dst, int p0,
     for (int r = r0; r < r1; r++)
       for (int c0 = 0; c0 < kp; c0 += kQBlock) {
         for (int j = 0; j < kQBlock; j++) v[j] = c0 + j < k ? f[size_t(r) * k + c0 + j] : 0.f;
-        if (t == WType::Q4) quantize_q4(v, block_at<BlockQ4>(dst, kp, r, c0), r % kPanel);
-        else quantize_q8(v, block_at<BlockQ8>(dst, kp, r, c0), r % kPanel);
+        if (t == WType::Q4)
+          quantize_q4(v, block_at<BlockQ4>(dst, kp, r, c0), r % kPanel);
+        else
+          quantize_q8(v, block_at<BlockQ8>(dst, kp, r, c0), r % kPanel);
       }
     return;
   }

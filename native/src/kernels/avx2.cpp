@@ -1,5 +1,5 @@
-// AVX2 + FMA + F16C instantiation of the SIMD kernels. Compiled with -mavx2 -mfma -mf16c; called only after
-// the CPU has been checked for those features.
+// AVX2 + FMA + F16C instantiation of the SIMD kernels. Compiled with -mavx2 -mfma -mf16c; called
+// only after the CPU has been checked for those features.
 #include <immintrin.h>
 
 #include "simd_kernels.h"
@@ -10,8 +10,9 @@ namespace {
 struct Avx2 {
   using reg = __m256;
   static constexpr int W = 8;
-  static constexpr int TB = 6;       // tokens per tile: 6 x 2 accumulators + weights + a broadcast
-  static constexpr int NP_GEMV = 4;  // panels per GEMV tile: enough independent FMA chains to hide latency
+  static constexpr int TB = 6;  // tokens per tile: 6 x 2 accumulators + weights + a broadcast
+  // panels per GEMV tile: enough independent FMA chains to hide latency
+  static constexpr int NP_GEMV = 4;
 
   static reg zero() { return _mm256_setzero_ps(); }
   static reg load(const float* p) { return _mm256_loadu_ps(p); }
@@ -24,9 +25,12 @@ struct Avx2 {
   static reg div(reg a, reg b) { return _mm256_div_ps(a, b); }
   static reg min(reg a, reg b) { return _mm256_min_ps(a, b); }
   static reg max(reg a, reg b) { return _mm256_max_ps(a, b); }
-  static reg round(reg a) { return _mm256_round_ps(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+  static reg round(reg a) {
+    return _mm256_round_ps(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  }
   static reg pow2i(reg n) {  // 2^n for integral n in [-126, 127]
-    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    __m256i e =
+        _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
     return _mm256_castsi256_ps(e);
   }
   static reg exp(reg x) { return simd::exp_poly<Avx2>(x); }
@@ -36,25 +40,31 @@ struct Avx2 {
     s = _mm_add_ss(s, _mm_movehdup_ps(s));
     return _mm_cvtss_f32(s);
   }
-  static unsigned ge_mask(reg a, reg b) { return unsigned(_mm256_movemask_ps(_mm256_cmp_ps(a, b, _CMP_GE_OQ))); }
+  static unsigned ge_mask(reg a, reg b) {
+    return unsigned(_mm256_movemask_ps(_mm256_cmp_ps(a, b, _CMP_GE_OQ)));
+  }
   static float hmax(reg a) {
     __m128 m = _mm_max_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
     m = _mm_max_ps(m, _mm_movehl_ps(m, m));
     m = _mm_max_ss(m, _mm_movehdup_ps(m));
     return _mm_cvtss_f32(m);
   }
-  static reg load_f16(const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+  static reg load_f16(const uint16_t* p) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  }
   static void store_f16(uint16_t* p, reg a) {
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_cvtps_ph(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(p),
+                     _mm256_cvtps_ph(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
   }
 
-  // Quantized formats: 8 int32 lanes = 8 rows of a panel; a register of weights holds 4 k-steps of 8 rows.
+  // Quantized formats: 8 int32 lanes = 8 rows of a panel; a register of weights holds 4 k-steps of
+  // 8 rows.
   using ireg = __m256i;
-  // tokens per quantized tile. Q8: 5 x 2 dot products + weights, |weights|, x (m = 5, 9: ~10% over 4-token
-  // tiles; 6 spills). Q4: 6 x 2 + weights + x, the nibble mask read from memory (with unpacked panels, m = 48:
-  // 81 -> 91 GMAC/s per core over 5 rows and packed panels).
+  // tokens per quantized tile. Q8: 5 x 2 dot products + weights, |weights|, x (6 spills). Q4: 6 x 2
+  // + weights + x, the nibble mask read from memory. NPQ_GEMV: panels per quantized GEMV tile.
+  // Measured: perf-notes #15.
   static constexpr int TBQ = 5, TBQ4 = 6;
-  static constexpr int NPQ_GEMV = 4;  // panels per quantized GEMV tile (1-token int4 step 3.6-4.0 ms vs 4.0-4.8 with 2, noisy)
+  static constexpr int NPQ_GEMV = 4;
   static void pin(ireg& a) { asm("" : "+v"(a)); }  // keeps a in a register (see qmatmul_tile)
   static ireg izero() { return _mm256_setzero_si256(); }
   static reg cvt(ireg a) { return _mm256_cvtepi32_ps(a); }
@@ -73,9 +83,11 @@ struct Avx2 {
     }
   }
   static ireg abs8(ireg w) { return _mm256_abs_epi8(w); }
-  static void store_qw(uint8_t* p, ireg a) { _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), a); }
-  // Activation quantization: |x|, int32 lanes rounded to nearest even, their sum, and 32 of them stored as int8
-  // (in range: the levels are within [-127, 127]).
+  static void store_qw(uint8_t* p, ireg a) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), a);
+  }
+  // Activation quantization: |x|, int32 lanes rounded to nearest even, their sum, and 32 of them
+  // stored as int8 (in range: the levels are within [-127, 127]).
   static reg abs(reg a) { return _mm256_andnot_ps(_mm256_set1_ps(-0.f), a); }
   static ireg cvt_round(reg a) { return _mm256_cvtps_epi32(a); }
   static ireg iadd(ireg a, ireg b) { return _mm256_add_epi32(a, b); }
@@ -86,9 +98,12 @@ struct Avx2 {
     return _mm_cvtsi128_si32(s);
   }
   static void store_q32(int8_t* q, const ireg (&r)[4]) {
-    // packs work within 128-bit lanes: the bytes come out as r0lo r1lo r2lo r3lo | r0hi r1hi r2hi r3hi (4 each)
-    const __m256i b = _mm256_packs_epi16(_mm256_packs_epi32(r[0], r[1]), _mm256_packs_epi32(r[2], r[3]));
-    const __m256i ordered = _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    // packs work within 128-bit lanes: the bytes come out as r0lo r1lo r2lo r3lo | r0hi r1hi r2hi
+    // r3hi (4 each)
+    const __m256i b =
+        _mm256_packs_epi16(_mm256_packs_epi32(r[0], r[1]), _mm256_packs_epi32(r[2], r[3]));
+    const __m256i ordered =
+        _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(q), ordered);
   }
   // |w| * (x with w's sign): u8 x s8 pairs stay below 2 * 127 * 127, so maddubs does not saturate.
@@ -96,8 +111,11 @@ struct Avx2 {
     const __m256i pairs = _mm256_maddubs_epi16(wa, _mm256_sign_epi8(x, w));
     return _mm256_add_epi32(acc, _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
   }
-  // Nibbles (0..15) times x: pairs are at most 2 * 15 * 127, so eight groups add up in int16 (<= 30480).
-  static ireg dot_q4(ireg acc, ireg w, ireg x) { return _mm256_add_epi16(acc, _mm256_maddubs_epi16(w, x)); }
+  // Nibbles (0..15) times x: pairs are at most 2 * 15 * 127, so eight groups add up in int16 (<=
+  // 30480).
+  static ireg dot_q4(ireg acc, ireg w, ireg x) {
+    return _mm256_add_epi16(acc, _mm256_maddubs_epi16(w, x));
+  }
   static ireg finish_q4(ireg acc) { return _mm256_madd_epi16(acc, _mm256_set1_epi16(1)); }
 
   template <WType T>
@@ -105,8 +123,10 @@ struct Avx2 {
     if constexpr (T == WType::F32) {
       return _mm256_loadu_ps(static_cast<const float*>(w) + i);
     } else {
-      __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(w) + i));
-      if constexpr (T == WType::BF16) return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+      __m128i h =
+          _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(w) + i));
+      if constexpr (T == WType::BF16)
+        return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
       return _mm256_cvtph_ps(h);
     }
   }

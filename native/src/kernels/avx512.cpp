@@ -1,5 +1,6 @@
-// AVX-512 (F, BW, VL, DQ, VNNI) instantiation of the SIMD kernels: the same template as AVX2 with 16-float registers
-// and a larger register tile. Called only after the CPU has been checked for those features.
+// AVX-512 (F, BW, VL, DQ, VNNI) instantiation of the SIMD kernels: the same template as AVX2 with
+// 16-float registers and a larger register tile. Called only after the CPU has been checked for
+// those features.
 #include <immintrin.h>
 
 #include "simd_kernels.h"
@@ -16,8 +17,9 @@ namespace {
 struct Avx512 {
   using reg = __m512;
   static constexpr int W = 16;
-  static constexpr int TB = 12;      // tokens per tile: 12 x 1 accumulators + weights + a broadcast
-  static constexpr int NP_GEMV = 8;  // panels per GEMV tile: enough independent FMA chains to hide latency
+  static constexpr int TB = 12;  // tokens per tile: 12 x 1 accumulators + weights + a broadcast
+  // panels per GEMV tile: enough independent FMA chains to hide latency
+  static constexpr int NP_GEMV = 8;
 
   static reg zero() { return _mm512_setzero_ps(); }
   static reg load(const float* p) { return _mm512_loadu_ps(p); }
@@ -30,9 +32,12 @@ struct Avx512 {
   static reg div(reg a, reg b) { return _mm512_div_ps(a, b); }
   static reg min(reg a, reg b) { return _mm512_min_ps(a, b); }
   static reg max(reg a, reg b) { return _mm512_max_ps(a, b); }
-  static reg round(reg a) { return _mm512_roundscale_ps(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+  static reg round(reg a) {
+    return _mm512_roundscale_ps(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  }
   static reg pow2i(reg n) {
-    __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
+    __m512i e =
+        _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
     return _mm512_castsi512_ps(e);
   }
   static reg exp(reg x) { return simd::exp_poly<Avx512>(x); }
@@ -53,8 +58,9 @@ struct Avx512 {
     const __m256i h = _mm512_cvtps_ph(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), h);
   }
-  // Quantized formats: 16 int32 lanes = the 16 rows of a panel; a register of weights holds 4 k-steps of each.
-  // vpdpbusd (AVX512_VNNI) adds u8 x s8 products of 4 bytes into int32 without intermediate saturation.
+  // Quantized formats: 16 int32 lanes = the 16 rows of a panel; a register of weights holds 4
+  // k-steps of each. vpdpbusd (AVX512_VNNI) adds u8 x s8 products of 4 bytes into int32 without
+  // intermediate saturation.
   using ireg = __m512i;
   static constexpr int TBQ = 12, TBQ4 = 12;
   static constexpr int NPQ_GEMV = 4;
@@ -71,7 +77,8 @@ struct Avx512 {
     if constexpr (T == WType::Q8) {
       return _mm512_loadu_si512(group);
     } else {  // rows 0-7 in the low nibbles, rows 8-15 in the high ones
-      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(group)), m = _mm256_set1_epi8(0x0f);
+      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(group)),
+                    m = _mm256_set1_epi8(0x0f);
       const __m256i lo = _mm256_and_si256(v, m), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m);
       return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
     }
@@ -105,8 +112,10 @@ struct Avx512 {
     if constexpr (T == WType::F32) {
       return _mm512_loadu_ps(static_cast<const float*>(w) + i);
     } else {
-      __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const uint16_t*>(w) + i));
-      if constexpr (T == WType::BF16) return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+      __m256i h =
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const uint16_t*>(w) + i));
+      if constexpr (T == WType::BF16)
+        return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
       return _mm512_cvtph_ps(h);
     }
   }

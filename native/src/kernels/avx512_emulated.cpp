@@ -1,8 +1,9 @@
-// The AVX-512 kernels (avx512.cpp, unchanged) compiled against SIMDe's portable implementations of the intrinsics,
-// so that the source an AVX-512 machine runs is tested, result for result, on machines without AVX-512. Built only
-// where SIMDe's headers are found (the simde-py build requirement); its ISA, "avx512-emulated", is for tests and is
-// never chosen by itself. Intrinsics a SIMDe release lacks are defined below, element by element, with the semantics
-// of Intel's reference (round to nearest even where the hardware rounds by MXCSR's default).
+// The AVX-512 kernels (avx512.cpp, unchanged) compiled against SIMDe's portable implementations of
+// the intrinsics, so that the source an AVX-512 machine runs is tested, result for result, on
+// machines without AVX-512. Built only where SIMDe's headers are found (the simde-py build
+// requirement); its ISA, "avx512-emulated", is for tests and is never chosen by itself. Intrinsics
+// a SIMDe release lacks are defined below, element by element, with the semantics of Intel's
+// reference (round to nearest even where the hardware rounds by MXCSR's default).
 #define SIMDE_ENABLE_NATIVE_ALIASES
 #include <simde/x86/avx512.h>
 
@@ -14,7 +15,8 @@
 namespace kwker {
 namespace emulated {
 
-// out[i] = f(in[i]) over the 16 lanes of a vector: In and Out are the lane types, VIn and VOut the vector types.
+// out[i] = f(in[i]) over the 16 lanes of a vector: In and Out are the lane types, VIn and VOut the
+// vector types.
 template <class In, class Out, class VOut, class VIn, class F>
 inline VOut lanes(VIn a, F f) {
   In in[16];
@@ -35,8 +37,11 @@ inline simde__m512i cvtps_epi32(simde__m512 a) {
 inline simde__m512i cvtepu16_epi32(simde__m256i a) {
   return lanes<uint16_t, int32_t, simde__m512i>(a, [](uint16_t v) { return int32_t(v); });
 }
-inline simde__m512 cvtph_ps(simde__m256i a) { return lanes<uint16_t, float, simde__m512>(a, f16_to_f32); }
-inline simde__m256i cvtps_ph(simde__m512 a, int) {  // the kernels ask for round to nearest even only
+inline simde__m512 cvtph_ps(simde__m256i a) {
+  return lanes<uint16_t, float, simde__m512>(a, f16_to_f32);
+}
+inline simde__m256i cvtps_ph(simde__m512 a,
+                             int) {  // the kernels ask for round to nearest even only
   return lanes<float, uint16_t, simde__m256i>(a, f32_to_f16);
 }
 inline float reduce_max_ps(simde__m512 a) {
@@ -71,5 +76,6 @@ inline float reduce_max_ps(simde__m512 a) {
 
 #define KWKER_AVX512_ENTRY kernels_avx512_emulated
 #define KWKER_AVX512_NAME "avx512-emulated"
-#define KWKER_AVX512_PIN(a) asm("" : "+m"(a))  // SIMDe's vectors are structs: in memory, not one register
+#define KWKER_AVX512_PIN(a) \
+  asm("" : "+m"(a))  // SIMDe's vectors are structs: in memory, not one register
 #include "avx512.cpp"

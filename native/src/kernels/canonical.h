@@ -1,7 +1,8 @@
-// The two computations whose order every ISA must share for a token to get the same bits on every CPU: the
-// exponential and the sum of a row. Both are written once over a vector-traits class V (simd_kernels.h) and
-// instantiated for the SIMD registers and, with ScalarOps, for the portable reference kernels, so that generic,
-// AVX2 and AVX-512 perform the same float operations in the same order whatever their register width.
+// The two computations whose order every ISA must share for a token to get the same bits on every
+// CPU: the exponential and the sum of a row. Both are written once over a vector-traits class V
+// (simd_kernels.h) and instantiated for the SIMD registers and, with ScalarOps, for the portable
+// reference kernels, so that generic, AVX2 and AVX-512 perform the same float operations in the
+// same order whatever their register width.
 #pragma once
 
 #include <cmath>
@@ -10,14 +11,14 @@
 
 namespace kwker {
 
-// Sums are taken over kSumLanes lanes: lane l adds s[16 i + l] for i = 0, 1, ... in order, starting from +0
-// (a missing element of the last group counts as +0), and the lanes are then combined by a fixed tree:
-// l[i] + l[i + 8], then + [i + 4], + [i + 2], + [i + 1]. An AVX-512 register holds the 16 lanes, AVX2 two
-// registers of 8, the reference 16 floats.
+// Sums are taken over kSumLanes lanes: lane l adds s[16 i + l] for i = 0, 1, ... in order, starting
+// from +0 (a missing element of the last group counts as +0), and the lanes are then combined by a
+// fixed tree: l[i] + l[i + 8], then + [i + 4], + [i + 2], + [i + 1]. An AVX-512 register holds the
+// 16 lanes, AVX2 two registers of 8, the reference 16 floats.
 constexpr int kSumLanes = 16;
 
-// One float as a "register" of width 1, with the semantics of the SIMD instructions (max/min as MAXPS/MINPS,
-// round to nearest even as ROUNDPS in the default mode, fma fused).
+// One float as a "register" of width 1, with the semantics of the SIMD instructions (max/min as
+// MAXPS/MINPS, round to nearest even as ROUNDPS in the default mode, fma fused).
 struct ScalarOps {
   using reg = float;
   static constexpr int W = 1;

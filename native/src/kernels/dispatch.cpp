@@ -1,6 +1,6 @@
-// Picks the kernel table once: the best ISA the CPU has, or the one KWKER_ISA forces (for tests and benches).
-// "avx512-emulated" (the AVX-512 source on SIMDe, any x86-64 CPU) exists only in builds that found SIMDe and is
-// only ever forced.
+// Picks the kernel table once: the best ISA the CPU has, or the one KWKER_ISA forces (for tests and
+// benches). "avx512-emulated" (the AVX-512 source on SIMDe, any x86-64 CPU) exists only in builds
+// that found SIMDe and is only ever forced.
 #include <stdexcept>
 
 #include "kernels.h"
@@ -11,12 +11,15 @@ bool isa_supported(const std::string& isa) {
   __builtin_cpu_init();
   if (isa == "generic") return true;
   if (isa == "avx2")
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+           __builtin_cpu_supports("f16c");
   if (isa == "avx512")
-    return isa_supported("avx2") && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vnni");
+    return isa_supported("avx2") && __builtin_cpu_supports("avx512f") &&
+           __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+           __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vnni");
 #ifdef KWKER_AVX512_EMULATED
-  if (isa == "avx512-emulated") return isa_supported("avx2");  // SIMDe builds on the AVX2 intrinsics
+  if (isa == "avx512-emulated")
+    return isa_supported("avx2");  // SIMDe builds on the AVX2 intrinsics
 #endif
   return false;
 }
@@ -30,10 +33,12 @@ std::string isa_best() {
 const Kernels& kernels_select(const std::string& forced) {
   const std::string isa = forced.empty() ? isa_best() : forced;
   if (isa != "generic" && isa != "avx2" && isa != "avx512" && isa != "avx512-emulated")
-    throw std::invalid_argument("unknown ISA '" + isa + "' (KWKER_ISA takes generic, avx2, avx512 or avx512-emulated)");
+    throw std::invalid_argument("unknown ISA '" + isa +
+                                "' (KWKER_ISA takes generic, avx2, avx512 or avx512-emulated)");
   if (!isa_supported(isa))
-    throw std::runtime_error(isa == "avx512-emulated" ? "this build has no avx512-emulated kernels (SIMDe not found)"
-                                                      : "this CPU does not support the ISA '" + isa + "'");
+    throw std::runtime_error(isa == "avx512-emulated"
+                                 ? "this build has no avx512-emulated kernels (SIMDe not found)"
+                                 : "this CPU does not support the ISA '" + isa + "'");
   if (isa == "avx512") return kernels_avx512();
 #ifdef KWKER_AVX512_EMULATED
   if (isa == "avx512-emulated") return kernels_avx512_emulated();

@@ -1,6 +1,7 @@
-// Portable reference kernels: plain loops, written independently of the SIMD template so that they are a real
-// oracle for it. They share only the definitions of the exponential and of a sum's order (canonical.h), so every
-// ISA must return their bits exactly (tests/native). Also the fallback on CPUs without AVX2.
+// Portable reference kernels: plain loops, written independently of the SIMD template so that they
+// are a real oracle for it. They share only the definitions of the exponential and of a sum's order
+// (canonical.h), so every ISA must return their bits exactly (tests/native). Also the fallback on
+// CPUs without AVX2.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -37,14 +38,16 @@ void quantize_rows(const float* x, int m, int ldx, int kp, int8_t* q, float* d, 
 
 namespace {
 
-// One fused multiply-add chain per output over k in order: the contract every ISA's kernel meets bit for bit.
+// One fused multiply-add chain per output over k in order: the contract every ISA's kernel meets
+// bit for bit.
 template <WType T>
-void matmul_generic(const float* x, int m, int ldx, const void* w, int kp, int p0, int p1, float* y, int ldy,
-                    const float* bias, bool accumulate) {
+void matmul_generic(const float* x, int m, int ldx, const void* w, int kp, int p0, int p1, float* y,
+                    int ldy, const float* bias, bool accumulate) {
   for (int t = 0; t < m; t++) {
     for (int n = p0 * kPanel; n < p1 * kPanel; n++) {
       float s = 0.f;
-      for (int k = 0; k < kp; k++) s = std::fma(x[size_t(t) * ldx + k], panel_value(w, T, kp, n, k), s);
+      for (int k = 0; k < kp; k++)
+        s = std::fma(x[size_t(t) * ldx + k], panel_value(w, T, kp, n, k), s);
       if (bias) s += bias[n];
       float* out = y + size_t(t) * ldy + n;
       *out = accumulate ? *out + s : s;
@@ -53,8 +56,8 @@ void matmul_generic(const float* x, int m, int ldx, const void* w, int kp, int p
 }
 
 template <WType T>
-void qmatmul_generic(const QRows& x, int m, const void* w, int kp, int p0, int p1, float* y, int ldy,
-                     const float* bias, bool accumulate) {
+void qmatmul_generic(const QRows& x, int m, const void* w, int kp, int p0, int p1, float* y,
+                     int ldy, const float* bias, bool accumulate) {
   const int nb = kp / kQBlock;
   for (int t = 0; t < m; t++) {
     for (int n = p0 * kPanel; n < p1 * kPanel; n++) {
@@ -63,7 +66,8 @@ void qmatmul_generic(const QRows& x, int m, const void* w, int kp, int p0, int p
         int dot = 0;
         float dw = 0.f, mw = 0.f;
         for (int j = 0; j < kQBlock; j++)
-          dot += panel_q(w, T, kp, n, b * kQBlock + j, &dw, &mw) * x.q[size_t(t) * kp + b * kQBlock + j];
+          dot += panel_q(w, T, kp, n, b * kQBlock + j, &dw, &mw) *
+                 x.q[size_t(t) * kp + b * kQBlock + j];
         const float dx = x.d[size_t(t) * nb + b];
         s = std::fma(dw * dx, float(dot), s);
         if (T == WType::Q4) s = std::fma(mw, x.dsum[size_t(t) * nb + b], s);
@@ -77,14 +81,16 @@ void qmatmul_generic(const QRows& x, int m, const void* w, int kp, int p0, int p
 
 template <class KV>
 float kv_value(const void* p, size_t i) {
-  if constexpr (std::is_same_v<KV, float>) return static_cast<const float*>(p)[i];
-  else return f16_to_f32(static_cast<const uint16_t*>(p)[i]);
+  if constexpr (std::is_same_v<KV, float>)
+    return static_cast<const float*>(p)[i];
+  else
+    return f16_to_f32(static_cast<const uint16_t*>(p)[i]);
 }
 
 template <class KV>
-void attend_part_generic(AttendPhase phase, int lo, int hi, const float* q, int g, int nt, size_t q_stride,
-                         const void* k, const void* v, const int* first, const int* n, int hdp, float scale,
-                         float* scores, float* out) {
+void attend_part_generic(AttendPhase phase, int lo, int hi, const float* q, int g, int nt,
+                         size_t q_stride, const void* k, const void* v, const int* first,
+                         const int* n, int hdp, float scale, float* scores, float* out) {
   int nmax = 0;
   for (int t = 0; t < nt; t++) nmax = std::max(nmax, n[t]);
   const int ns = pad_to(nmax);
@@ -96,7 +102,8 @@ void attend_part_generic(AttendPhase phase, int lo, int hi, const float* q, int 
       const int i1 = int(std::min<int64_t>(e, int64_t(hi) * kPanel));  // hi may be 1 << 30
       for (int i = std::max(f, lo * kPanel); i < i1; i++) {
         float dot = 0.f;
-        for (int d = 0; d < hdp; d++) dot = std::fma(qj[d], kv_value<KV>(k, panel_index(i, d, hdp)), dot);
+        for (int d = 0; d < hdp; d++)
+          dot = std::fma(qj[d], kv_value<KV>(k, panel_index(i, d, hdp)), dot);
         s[i] = dot * scale;
       }
     } else if (phase == AttendPhase::Softmax) {
@@ -110,13 +117,14 @@ void attend_part_generic(AttendPhase phase, int lo, int hi, const float* q, int 
     } else {
       float* o = out + size_t(j) * hdp;
       for (int i = f; i < e; i++)
-        for (int c = lo; c < std::min(hi, hdp); c++) o[c] = std::fma(s[i], kv_value<KV>(v, size_t(i) * hdp + c), o[c]);
+        for (int c = lo; c < std::min(hi, hdp); c++)
+          o[c] = std::fma(s[i], kv_value<KV>(v, size_t(i) * hdp + c), o[c]);
     }
   }
 }
 
-int softmax_stats_generic(const float* x, int n, float t, float close, float* max_out, double* sum_out,
-                          int32_t* ids) {
+int softmax_stats_generic(const float* x, int n, float t, float close, float* max_out,
+                          double* sum_out, int32_t* ids) {
   float xmax = x[0];
   for (int i = 1; i < n; i++) xmax = std::max(xmax, x[i]);
   const float mq = xmax / t, lo = mq - close;
@@ -144,7 +152,9 @@ template <Activation A>
 void glu_generic(const float* gate, const float* up, float* out, int n) {
   for (int i = 0; i < n; i++) {
     const float x = gate[i];
-    const float z = A == Activation::GeluTanh ? 2.f * 0.7978845608028654f * std::fma(0.044715f, x * x * x, x) : x;
+    const float z = A == Activation::GeluTanh
+                        ? 2.f * 0.7978845608028654f * std::fma(0.044715f, x * x * x, x)
+                        : x;
     out[i] = x / (1.f + exp_canonical(0.f - z)) * up[i];
   }
 }
@@ -152,14 +162,15 @@ void glu_generic(const float* gate, const float* up, float* out, int n) {
 }  // namespace
 
 const Kernels& kernels_generic() {
-  static const Kernels k{"generic",
-                         {matmul_generic<WType::F32>, matmul_generic<WType::BF16>, matmul_generic<WType::F16>},
-                         {qmatmul_generic<WType::Q8>, qmatmul_generic<WType::Q4>},
-                         quantize_rows,
-                         {attend_part_generic<float>, attend_part_generic<uint16_t>},
-                         {glu_generic<Activation::Silu>, glu_generic<Activation::GeluTanh>},
-                         to_f16_generic,
-                         softmax_stats_generic};
+  static const Kernels k{
+      "generic",
+      {matmul_generic<WType::F32>, matmul_generic<WType::BF16>, matmul_generic<WType::F16>},
+      {qmatmul_generic<WType::Q8>, qmatmul_generic<WType::Q4>},
+      quantize_rows,
+      {attend_part_generic<float>, attend_part_generic<uint16_t>},
+      {glu_generic<Activation::Silu>, glu_generic<Activation::GeluTanh>},
+      to_f16_generic,
+      softmax_stats_generic};
   return k;
 }
 

@@ -1,17 +1,21 @@
-// The SIMD kernels, written once over a vector-traits class V and instantiated per ISA (avx2.cpp, avx512.cpp).
+// The SIMD kernels, written once over a vector-traits class V and instantiated per ISA (avx2.cpp,
+// avx512.cpp).
 //
-// V provides: reg, W (floats per register), TB (tokens per register tile in the multi-row matmul), NP_GEMV
-// (panels per tile when m == 1), zero/load/store/set1/fma/add/mul/div/sub/min/max/round/pow2i, hmax, hsum (a fixed
-// reduction tree), exp, load_w<WType> (W float-format weights as floats), load_f16 (W fp16 values), store_f16 (W
-// floats as fp16, rounded to nearest even); and for the quantized formats an integer register ireg of W int32 lanes
-// (one per output row): TBQ, TBQ4 (Q4) and NPQ_GEMV (tile shapes), izero, cvt (int32 -> float), bcast4 (4
-// activation bytes to every lane), load_qw<WType>(group, j) (the 4 k-steps of W rows of a weight group: Q8 as int8,
-// Q4 as its unsigned nibbles), store_qw (such a register as bytes), abs8, dot_q8(acc, |w|, w, x) and dot_q4(acc, w,
-// x) (exact integer dot products of 4 k-steps into the lane), finish_q4 (to int32 lanes).
+// V provides:
+//   reg, W (floats per register), TB (tokens per register tile in the multi-row matmul), NP_GEMV
+//   (panels per tile when m == 1); zero, load, store, set1, fma, add, mul, div, sub, min, max,
+//   round, pow2i, hmax, hsum (a fixed reduction tree), exp; load_w<WType> (W float-format weights
+//   as floats), load_f16 (W fp16 values), store_f16 (W floats as fp16, rounded to nearest even);
+//   for the quantized formats an integer register ireg of W int32 lanes (one per output row): TBQ,
+//   TBQ4 (Q4) and NPQ_GEMV (tile shapes), izero, cvt (int32 -> float), bcast4 (4 activation bytes
+//   to every lane), load_qw<WType>(group, j) (the 4 k-steps of W rows of a weight group: Q8 as
+//   int8, Q4 as its unsigned nibbles), store_qw (such a register as bytes), abs8, dot_q8(acc, |w|,
+//   w, x) and dot_q4(acc, w, x) (exact integer dot products of 4 k-steps into the lane), finish_q4
+//   (to int32 lanes).
 //
-// Batch invariance: see kernels.h. The matmul keeps one lane per output element, a chain of FMAs over k (float
-// formats) or over blocks (quantized) in order; the attention keeps one register chain per (query, key) dot
-// product and per output column.
+// Batch invariance: see kernels.h. The matmul keeps one lane per output element, a chain of FMAs
+// over k (float formats) or over blocks (quantized) in order; the attention keeps one register
+// chain per (query, key) dot product and per output column.
 #pragma once
 
 #include <algorithm>
@@ -36,11 +40,11 @@ inline void fill(R (&a)[A][B], R v) {
     for (int j = 0; j < B; j++) a[i][j] = v;
 }
 
-// y[t, n] (+)= acc[t] + bias: the epilogue of every tile. Register j holds outputs n = (p + (j / RP) * ps) *
-// kPanel + (j % RP) * W: its panel's (panels p, p + ps, p + 2 ps, ...) W outputs.
+// y[t, n] (+)= acc[t] + bias: the epilogue of every tile. Register j holds outputs n = (p + (j /
+// RP) * ps) * kPanel + (j % RP) * W: its panel's (panels p, p + ps, p + 2 ps, ...) W outputs.
 template <class V, int TB, int J>
-inline void store_tile(typename V::reg (&acc)[TB][J], float* y, int ldy, int p, int ps, const float* bias,
-                       bool accumulate) {
+inline void store_tile(typename V::reg (&acc)[TB][J], float* y, int ldy, int p, int ps,
+                       const float* bias, bool accumulate) {
   constexpr int RP = kPanel / V::W;
 #pragma GCC unroll 16
   for (int t = 0; t < TB; t++) {
@@ -56,12 +60,12 @@ inline void store_tile(typename V::reg (&acc)[TB][J], float* y, int ldy, int p, 
   }
 }
 
-// A register tile: TB tokens x NP panels (NP * kPanel outputs), the panels p, p + ps, ... Per k: the panels'
-// weights are loaded once, each token's x[t, k] is broadcast, and every accumulator takes one fused multiply-add
-// (an outer product).
+// A register tile: TB tokens x NP panels (NP * kPanel outputs), the panels p, p + ps, ... Per k:
+// the panels' weights are loaded once, each token's x[t, k] is broadcast, and every accumulator
+// takes one fused multiply-add (an outer product).
 template <class V, WType T, int TB, int NP>
-inline void matmul_tile(const float* x, int ldx, const void* w, int kp, int p, int ps, float* y, int ldy,
-                        const float* bias, bool accumulate) {
+inline void matmul_tile(const float* x, int ldx, const void* w, int kp, int p, int ps, float* y,
+                        int ldy, const float* bias, bool accumulate) {
   using R = typename V::reg;
   constexpr int RP = kPanel / V::W;  // registers per panel
   R acc[TB][NP * RP];
@@ -70,7 +74,8 @@ inline void matmul_tile(const float* x, int ldx, const void* w, int kp, int p, i
     R wv[NP * RP];
 #pragma GCC unroll 16
     for (int j = 0; j < NP * RP; j++)
-      wv[j] = V::template load_w<T>(w, (size_t(p + j / RP * ps) * kp + k) * kPanel + (j % RP) * V::W);
+      wv[j] =
+          V::template load_w<T>(w, (size_t(p + j / RP * ps) * kp + k) * kPanel + (j % RP) * V::W);
 #pragma GCC unroll 16
     for (int t = 0; t < TB; t++) {
       R xb = V::set1(x[size_t(t) * ldx + k]);
@@ -81,44 +86,50 @@ inline void matmul_tile(const float* x, int ldx, const void* w, int kp, int p, i
   store_tile<V, TB, NP * RP>(acc, y, ldy, p, ps, bias, accumulate);
 }
 
-// The same tile for quantized weights on quantized activations: per block, exact integer dot products of every
-// (token, row) in int32 lanes, then one FMA per output with the product of the two scales.
-// Not inlined: inlined into qmatmul, the tiles of 2, 3 and 1 row of a multi-row call were compiled with their sums
-// spilled (Q4 on AVX2: 3, 5, 6 and 9 rows ran at ~50 GMAC/s per core against ~95 for 4 and 8; out of line all run
-// at 82-96). Those are the sizes of speculative verify steps.
+// The same tile for quantized weights on quantized activations: per block, exact integer dot
+// products of every (token, row) in int32 lanes, then one FMA per output with the product of the
+// two scales. Not inlined: inlined into qmatmul, the tiles of 2, 3 and 1 row of a multi-row call
+// were compiled with their sums spilled, at half the speed (perf-notes #11). Those are the sizes of
+// speculative verify steps.
 //
-// Unpacked (U): the panels are Q4 unpacked to a byte per weight (unpack_q4_panel), read as Q8's groups are.
+// Unpacked (U): the panels are Q4 unpacked to a byte per weight (unpack_q4_panel), read as Q8's
+// groups are.
 template <class V, WType T, int TB, int NP, bool U = false>
-__attribute__((noinline)) void qmatmul_tile(const QRows& x, int kp, const uint8_t* base, int p, int ps, float* y,
-                                            int ldy, const float* bias, bool accumulate) {
+__attribute__((noinline)) void qmatmul_tile(const QRows& x, int kp, const uint8_t* base, int p,
+                                            int ps, float* y, int ldy, const float* bias,
+                                            bool accumulate) {
   using R = typename V::reg;
   using I = typename V::ireg;
   constexpr int RP = kPanel / V::W, J = NP * RP;
   constexpr WType LT = U ? WType::Q8 : T;  // the layout of the groups
-  constexpr size_t group_bytes = qgroup_bytes(LT), block_bytes = qheader_bytes(T) + group_bytes * kQBlock / kQGroup;
+  constexpr size_t group_bytes = qgroup_bytes(LT),
+                   block_bytes = qheader_bytes(T) + group_bytes * kQBlock / kQGroup;
   const int nb = kp / kQBlock;
   const size_t panel_stride = size_t(nb) * block_bytes;
-  // The float accumulators live in L1 between blocks (one load and store per block): held in registers, they
-  // crowd out the integer dot products of the hot loop, which the compiler then spills on every group.
+  // The float accumulators live in L1 between blocks (one load and store per block): held in
+  // registers, they crowd out the integer dot products of the hot loop, which the compiler then
+  // spills on every group.
   alignas(64) float accm[TB][J * V::W];
   for (int t = 0; t < TB; t++)
     for (int j = 0; j < J; j++) V::store(&accm[t][j * V::W], V::zero());
   for (int b = 0; b < nb; b++) {
     const uint8_t* blk[NP];
 #pragma GCC unroll 16
-    for (int q = 0; q < NP; q++) blk[q] = base + size_t(q) * ps * panel_stride + size_t(b) * block_bytes;
+    for (int q = 0; q < NP; q++)
+      blk[q] = base + size_t(q) * ps * panel_stride + size_t(b) * block_bytes;
     I dot[TB][J];
     fill(dot, V::izero());
     const int8_t* xb = x.q + size_t(b) * kQBlock;
-    // Multi-row tiles are compute-heavy enough that the hardware prefetcher alone leaves the next panel's fetch
-    // to start when it is needed, so memory and compute take turns: ask for the next panel's block now (one
-    // sequence of 5 tokens, int4 SmolLM2: step -10%; 8 sequences: -6.5%; no gain for one row, or for floats).
+    // Multi-row tiles are compute-heavy enough that the hardware prefetcher alone leaves the next
+    // panel's fetch to start when it is needed, so memory and compute take turns: ask for the next
+    // panel's block now (perf-notes #12; no gain for one row, or for floats).
     if constexpr (TB > 1 && !U) {
       const uint8_t* next = base + NP * panel_stride + size_t(b) * block_bytes;
 #pragma GCC unroll 8
       for (size_t o = 0; o < block_bytes; o += 64) __builtin_prefetch(next + o);
     }
-#pragma GCC unroll 1  // unrolled, GCC reassociates the integer sums into a tree and spills every product
+#pragma GCC \
+    unroll 1  // unrolled, GCC reassociates the integer sums into a tree and spills every product
     for (int g = 0; g < kQBlock / kQGroup; g++) {
       I wv[J], wa[J];
 #pragma GCC unroll 16
@@ -131,19 +142,21 @@ __attribute__((noinline)) void qmatmul_tile(const QRows& x, int kp, const uint8_
         const I xv = V::bcast4(xb + size_t(t) * kp + g * kQGroup);
 #pragma GCC unroll 16
         for (int j = 0; j < J; j++) {
-          if constexpr (T == WType::Q8) dot[t][j] = V::dot_q8(dot[t][j], wa[j], wv[j], xv);
-          else dot[t][j] = V::dot_q4(dot[t][j], wv[j], xv);
+          if constexpr (T == WType::Q8)
+            dot[t][j] = V::dot_q8(dot[t][j], wa[j], wv[j], xv);
+          else
+            dot[t][j] = V::dot_q4(dot[t][j], wv[j], xv);
         }
       }
-      // Pin the sums to registers once per group: without it GCC copies each through spare registers (or the
-      // stack) on every group (Q4 GEMM 73 -> 88 GMAC/s per core on AVX2).
+      // Pin the sums to registers once per group: without it GCC copies each through spare
+      // registers (or the stack) on every group (perf-notes #13).
 #pragma GCC unroll 16
       for (int t = 0; t < TB; t++)
 #pragma GCC unroll 16
         for (int j = 0; j < J; j++) V::pin(dot[t][j]);
     }
-    // Per row register: its scales (and mins) meet every token's sums (loaded here, not all at once: held across the
-    // tile they would be spilled).
+    // Per row register: its scales (and mins) meet every token's sums (loaded here, not all at
+    // once: held across the tile they would be spilled).
 #pragma GCC unroll 16
     for (int j = 0; j < J; j++) {
       const uint16_t* header = reinterpret_cast<const uint16_t*>(blk[j / RP]) + (j % RP) * V::W;
@@ -172,8 +185,9 @@ __attribute__((noinline)) void qmatmul_tile(const QRows& x, int kp, const uint8_
 template <int N>
 using Int = std::integral_constant<int, N>;
 
-// Calls f(Int<ROWS>{}) for the runtime value rows (1 <= rows <= TB), so that a tile of exactly `rows` tokens keeps
-// as many independent chains as it has tokens (short steps: speculative verify, prefill tails).
+// Calls f(Int<ROWS>{}) for the runtime value rows (1 <= rows <= TB), so that a tile of exactly
+// `rows` tokens keeps as many independent chains as it has tokens (short steps: speculative verify,
+// prefill tails).
 template <int TB, class F>
 inline void with_rows(int rows, const F& f) {
   if constexpr (TB > 0) {
@@ -182,14 +196,14 @@ inline void with_rows(int rows, const F& f) {
   }
 }
 
-// Tokens per cache block in the multi-row path: a block of x rows stays in cache while the panels stream by.
+// Tokens per cache block in the multi-row path: a block of x rows stays in cache while the panels
+// stream by.
 constexpr int kRowBlock = 48;
 
-// Tiles of R rows and NP panels for panels [p0, p1) when the weights stream by once (one or two rows): a tile
-// takes panels s apart (s = (p1 - p0) / NP), so each of its NP panel streams runs through a contiguous NP-th of
-// the range instead of one panel. The hardware prefetcher then follows NP long streams: one-thread GEMV from
-// DRAM, 576 columns (a panel of 5.8 KB in Q4): Q4 13.7 -> 22.4 GB/s, Q8 16.9 -> 22.7; the panels left over
-// take tiles of one.
+// Tiles of R rows and NP panels for panels [p0, p1) when the weights stream by once (one or two
+// rows): a tile takes panels s apart (s = (p1 - p0) / NP), so each of its NP panel streams runs
+// through a contiguous NP-th of the range instead of one panel. The hardware prefetcher then
+// follows NP long streams (perf-notes #14); the panels left over take tiles of one.
 template <int R, int NP, class Tile>
 inline void streaming_tiles(int p0, int p1, const Tile& tile) {
   const int s = (p1 - p0) / NP;
@@ -197,11 +211,12 @@ inline void streaming_tiles(int p0, int p1, const Tile& tile) {
   for (int p = p0 + s * NP; p < p1; p++) tile(Int<R>{}, Int<1>{}, 0, p, 1);
 }
 
-// The tiling shared by the float and quantized matmuls: tile(Int<ROWS>, Int<NP>, t, p, ps) computes rows
-// [t, t + ROWS) against panels p, p + ps, ..., p + (NP - 1) ps. One row: NPV panels per tile (enough chains to
-// hide latency); two rows: NP2 (1: the general case). More rows: blocks of kRowBlock rows, each split into
-// balanced tiles of at most TB rows (8 rows: 4 + 4, not 6 + 2, so the weights a tile loads serve more rows), for
-// every panel. panel(p, tiles) is called before the tiles of each panel of a row block.
+// The tiling shared by the float and quantized matmuls: tile(Int<ROWS>, Int<NP>, t, p, ps) computes
+// rows [t, t + ROWS) against panels p, p + ps, ..., p + (NP - 1) ps. One row: NPV panels per tile
+// (enough chains to hide latency); two rows: NP2 (1: the general case). More rows: blocks of
+// kRowBlock rows, each split into balanced tiles of at most TB rows (8 rows: 4 + 4, not 6 + 2, so
+// the weights a tile loads serve more rows), for every panel. panel(p, tiles) is called before the
+// tiles of each panel of a row block.
 template <int TB, int NPV, int NP2, class Tile, class Panel>
 inline void for_each_tile(int m, int p0, int p1, const Tile& tile, const Panel& panel) {
   if (m == 1) return streaming_tiles<1, NPV>(p0, p1, tile);
@@ -223,30 +238,33 @@ inline void for_each_tile(int m, int p0, int p1, const Tile& tile, const Panel& 
 }
 
 template <class V, WType T>
-void matmul(const float* x, int m, int ldx, const void* w, int kp, int p0, int p1, float* y, int ldy,
-            const float* bias, bool accumulate) {
-  // bf16, two rows (a verify step of one proposed token): 2 panels per tile 25 -> 33 GFMA/s per core on AVX2
+void matmul(const float* x, int m, int ldx, const void* w, int kp, int p0, int p1, float* y,
+            int ldy, const float* bias, bool accumulate) {
+  // two rows (a verify step of one proposed token): 2 panels per tile (perf-notes #15)
   for_each_tile<V::TB, V::NP_GEMV, 2>(
       m, p0, p1,
       [&](auto rows, auto np, int t, int p, int ps) {
-        matmul_tile<V, T, decltype(rows)::value, decltype(np)::value>(x + size_t(t) * ldx, ldx, w, kp, p, ps,
-                                                                       y + size_t(t) * ldy, ldy, bias, accumulate);
+        matmul_tile<V, T, decltype(rows)::value, decltype(np)::value>(
+            x + size_t(t) * ldx, ldx, w, kp, p, ps, y + size_t(t) * ldy, ldy, bias, accumulate);
       },
       [](int, int) {});
 }
 
-// A Q4 panel with its nibbles unpacked to a byte each, in Q8's group layout (the headers as they are), in a buffer
-// of the calling thread. The tiles of a row block then share one unpacking (3 operations per group) instead of
-// each repeating it. The next panel is prefetched meanwhile, as qmatmul_tile does for packed panels.
+// A Q4 panel with its nibbles unpacked to a byte each, in Q8's group layout (the headers as they
+// are), in a buffer of the calling thread. The tiles of a row block then share one unpacking (3
+// operations per group) instead of each repeating it. The next panel is prefetched meanwhile, as
+// qmatmul_tile does for packed panels.
 template <class V>
 const uint8_t* unpack_q4_panel(const uint8_t* panel, int nb, size_t panel_stride) {
   constexpr int RP = kPanel / V::W;
-  constexpr size_t hb = qheader_bytes(WType::Q4), gin = qgroup_bytes(WType::Q4), gout = qgroup_bytes(WType::Q8);
+  constexpr size_t hb = qheader_bytes(WType::Q4), gin = qgroup_bytes(WType::Q4),
+                   gout = qgroup_bytes(WType::Q8);
   constexpr size_t in_block = qblock_bytes(WType::Q4), out_block = hb + gout * (kQBlock / kQGroup);
   thread_local std::vector<uint8_t> buffer;
   const size_t bytes = size_t(nb) * out_block + 64;
   if (buffer.size() < bytes) buffer.resize(bytes);
-  uint8_t* out = buffer.data() + (-reinterpret_cast<uintptr_t>(buffer.data()) & 63);  // 64-byte aligned
+  // 64-byte aligned
+  uint8_t* out = buffer.data() + (-reinterpret_cast<uintptr_t>(buffer.data()) & 63);
   for (int b = 0; b < nb; b++) {
     const uint8_t* src = panel + size_t(b) * in_block;
     uint8_t* dst = out + size_t(b) * out_block;
@@ -257,18 +275,19 @@ const uint8_t* unpack_q4_panel(const uint8_t* panel, int nb, size_t panel_stride
     for (int g = 0; g < kQBlock / kQGroup; g++)
 #pragma GCC unroll 2
       for (int j = 0; j < RP; j++)
-        V::store_qw(dst + hb + g * gout + j * (gout / RP), V::template load_qw<WType::Q4>(src + hb + g * gin, j));
+        V::store_qw(dst + hb + g * gout + j * (gout / RP),
+                    V::template load_qw<WType::Q4>(src + hb + g * gin, j));
   }
   return out;
 }
 
 template <class V, WType T>
-void qmatmul(const QRows& x, int m, const void* w, int kp, int p0, int p1, float* y, int ldy, const float* bias,
-             bool accumulate) {
+void qmatmul(const QRows& x, int m, const void* w, int kp, int p0, int p1, float* y, int ldy,
+             const float* bias, bool accumulate) {
   const int nb = kp / kQBlock;
   const size_t panel_stride = size_t(nb) * qblock_bytes(T);
   const uint8_t* wb = static_cast<const uint8_t*>(w);
-  // Q4: the current panel unpacked, when 3 tiles or more share it (2 tiles, m = 9: GEMM -9%)
+  // Q4: the current panel unpacked, when 3 tiles or more share it (perf-notes #16)
   const uint8_t* unpacked = nullptr;
   for_each_tile<T == WType::Q4 ? V::TBQ4 : V::TBQ, V::NPQ_GEMV, 1>(
       m, p0, p1,
@@ -277,17 +296,22 @@ void qmatmul(const QRows& x, int m, const void* w, int kp, int p0, int p1, float
         const QRows xt{x.q + size_t(t) * kp, x.d + size_t(t) * nb, x.dsum + size_t(t) * nb};
         float* yt = y + size_t(t) * ldy;
         if constexpr (T == WType::Q4 && NP == 1) {
-          if (unpacked) return qmatmul_tile<V, T, R, NP, true>(xt, kp, unpacked, p, 1, yt, ldy, bias, accumulate);
+          if (unpacked)
+            return qmatmul_tile<V, T, R, NP, true>(xt, kp, unpacked, p, 1, yt, ldy, bias,
+                                                   accumulate);
         }
-        qmatmul_tile<V, T, R, NP>(xt, kp, wb + size_t(p) * panel_stride, p, ps, yt, ldy, bias, accumulate);
+        qmatmul_tile<V, T, R, NP>(xt, kp, wb + size_t(p) * panel_stride, p, ps, yt, ldy, bias,
+                                  accumulate);
       },
       [&](int p, int tiles) {
         if constexpr (T == WType::Q4)
-          unpacked = tiles > 2 ? unpack_q4_panel<V>(wb + size_t(p) * panel_stride, nb, panel_stride) : nullptr;
+          unpacked = tiles > 2 ? unpack_q4_panel<V>(wb + size_t(p) * panel_stride, nb, panel_stride)
+                               : nullptr;
       });
 }
 
-// quantize_rows (generic.cpp) in registers: a block's 32 values are loaded once for its max and its levels.
+// quantize_rows (generic.cpp) in registers: a block's 32 values are loaded once for its max and its
+// levels.
 template <class V>
 void quantize(const float* x, int m, int ldx, int kp, int8_t* q, float* d, float* dsum) {
   using R = typename V::reg;
@@ -303,7 +327,8 @@ void quantize(const float* x, int m, int ldx, int kp, int8_t* q, float* d, float
       const float mx = V::hmax(amax), db = mx / 127.f, inv = mx > 0.f ? 1.f / db : 0.f;
       I qi[N], sum = V::izero();
 #pragma GCC unroll 4
-      for (int r = 0; r < N; r++) qi[r] = V::cvt_round(V::mul(a[r], V::set1(inv))), sum = V::iadd(sum, qi[r]);
+      for (int r = 0; r < N; r++)
+        qi[r] = V::cvt_round(V::mul(a[r], V::set1(inv))), sum = V::iadd(sum, qi[r]);
       V::store_q32(q + size_t(t) * kp + b * kQBlock, qi);
       d[size_t(t) * nb + b] = db;
       dsum[size_t(t) * nb + b] = db * float(V::ihsum(sum));
@@ -314,14 +339,17 @@ void quantize(const float* x, int m, int ldx, int kp, int8_t* q, float* d, float
 // W keys or values from the cache, as floats.
 template <class V, class KV>
 inline typename V::reg load_kv(const KV* p) {
-  if constexpr (std::is_same_v<KV, float>) return V::load(p);
-  else return V::load_f16(p);
+  if constexpr (std::is_same_v<KV, float>)
+    return V::load(p);
+  else
+    return V::load_f16(p);
 }
 
-// Scores of G query rows against the keys of panels [pi, pi + PB): one chain per (query, key) over d.
+// Scores of G query rows against the keys of panels [pi, pi + PB): one chain per (query, key) over
+// d.
 template <class V, class KV, int G, int PB>
-inline void attend_scores(const float* const (&q)[G], int hdp, const KV* k, int pi, float scale, float* scores,
-                          int ns) {
+inline void attend_scores(const float* const (&q)[G], int hdp, const KV* k, int pi, float scale,
+                          float* scores, int ns) {
   using R = typename V::reg;
   constexpr int RP = kPanel / V::W;
   R acc[G][PB * RP];
@@ -330,7 +358,8 @@ inline void attend_scores(const float* const (&q)[G], int hdp, const KV* k, int 
   for (int d = 0; d < hdp; d++) {
     R kv[PB * RP];
 #pragma GCC unroll 16
-    for (int r = 0; r < PB * RP; r++) kv[r] = load_kv<V>(kb + (size_t(r / RP) * hdp + d) * kPanel + (r % RP) * V::W);
+    for (int r = 0; r < PB * RP; r++)
+      kv[r] = load_kv<V>(kb + (size_t(r / RP) * hdp + d) * kPanel + (r % RP) * V::W);
 #pragma GCC unroll 16
     for (int j = 0; j < G; j++) {
       R qb = V::set1(q[j][d]);
@@ -343,13 +372,15 @@ inline void attend_scores(const float* const (&q)[G], int hdp, const KV* k, int 
   for (int j = 0; j < G; j++)
 #pragma GCC unroll 16
     for (int r = 0; r < PB * RP; r++)
-      V::store(scores + size_t(j) * ns + (pi + r / RP) * kPanel + (r % RP) * V::W, V::mul(acc[j][r], vs));
+      V::store(scores + size_t(j) * ns + (pi + r / RP) * kPanel + (r % RP) * V::W,
+               V::mul(acc[j][r], vs));
 }
 
-// out[j, c0 .. c0 + CB * W) += sum_{i0 <= i < i1} p[j, i] v[i, ...] for G rows (p and out rows ns and hdp apart):
-// each (row, column) continues its chain over i, in order, from the value in out.
+// out[j, c0 .. c0 + CB * W) += sum_{i0 <= i < i1} p[j, i] v[i, ...] for G rows (p and out rows ns
+// and hdp apart): each (row, column) continues its chain over i, in order, from the value in out.
 template <class V, class KV, int G, int CB>
-inline void attend_values(const float* p, int ns, const KV* v, int i0, int i1, int hdp, int c0, float* out) {
+inline void attend_values(const float* p, int ns, const KV* v, int i0, int i1, int hdp, int c0,
+                          float* out) {
   using R = typename V::reg;
   R acc[G][CB];
 #pragma GCC unroll 16
@@ -375,12 +406,13 @@ inline void attend_values(const float* p, int ns, const KV* v, int i0, int i1, i
 
 // The values pass over keys [i0, i1) for G rows, columns [c0, c1) (multiples of W).
 template <class V, class KV, int G>
-inline void attend_values_rows(const float* p, int ns, const KV* v, int i0, int i1, int hdp, int c0, int c1,
-                               float* out) {
+inline void attend_values_rows(const float* p, int ns, const KV* v, int i0, int i1, int hdp, int c0,
+                               int c1, float* out) {
   if (i0 >= i1) return;
   constexpr int CB = G == 1 ? 8 : (G == 2 ? 4 : 2);  // enough chains to hide the FMA latency
   int c = c0;
-  for (; c + CB * V::W <= c1; c += CB * V::W) attend_values<V, KV, G, CB>(p, ns, v, i0, i1, hdp, c, out);
+  for (; c + CB * V::W <= c1; c += CB * V::W)
+    attend_values<V, KV, G, CB>(p, ns, v, i0, i1, hdp, c, out);
   for (; c < c1; c += V::W) attend_values<V, KV, G, 1>(p, ns, v, i0, i1, hdp, c, out);
 }
 
@@ -398,15 +430,19 @@ inline float row_max(const float* s, int f, int e) {
   return mx;
 }
 
-// The canonical sum (canonical.h) of the kSumLanes lanes held in kSumLanes / W registers: AVX2's two
-// registers are added first (the tree's first level, l[i] + l[i + 8]); hsum's fixed tree does the rest.
+// The canonical sum (canonical.h) of the kSumLanes lanes held in kSumLanes / W registers: AVX2's
+// two registers are added first (the tree's first level, l[i] + l[i + 8]); hsum's fixed tree does
+// the rest.
 template <class V>
 inline float sum_lanes(const typename V::reg (&acc)[kSumLanes / V::W]) {
-  if constexpr (kSumLanes / V::W == 2) return V::hsum(V::add(acc[0], acc[1]));
-  else return V::hsum(acc[0]);
+  if constexpr (kSumLanes / V::W == 2)
+    return V::hsum(V::add(acc[0], acc[1]));
+  else
+    return V::hsum(acc[0]);
 }
 
-// The canonical sum of s[0..n): whole groups of kSumLanes, then a zero-padded copy of the last partial group.
+// The canonical sum of s[0..n): whole groups of kSumLanes, then a zero-padded copy of the last
+// partial group.
 template <class V>
 inline float row_sum(const float* s, int n) {
   constexpr int R = kSumLanes / V::W;
@@ -423,20 +459,23 @@ inline float row_sum(const float* s, int n) {
   return sum_lanes<V>(acc);
 }
 
-// G = g * nt rows: the g heads of nt query tokens (see kernels.h), one phase of the call (AttendPartFn). One pass
-// over the keys every row needs serves them all (each key and value is loaded once per call); a row's own chains,
-// and so its result, are those it has alone: scores of keys outside its range are computed but never read, and its
-// values chain runs over its keys in order (its own first keys, the keys all rows share, then its own last keys).
+// G = g * nt rows: the g heads of nt query tokens (see kernels.h), one phase of the call
+// (AttendPartFn). One pass over the keys every row needs serves them all (each key and value is
+// loaded once per call); a row's own chains, and so its result, are those it has alone: scores of
+// keys outside its range are computed but never read, and its values chain runs over its keys in
+// order (its own first keys, the keys all rows share, then its own last keys).
 template <class V, class KV, int G>
-void attend_rows(AttendPhase phase, int lo, int hi, const float* q, int g, size_t q_stride, const KV* k,
-                 const KV* v, const int* first, const int* n, int hdp, float scale, float* scores, float* out) {
+void attend_rows(AttendPhase phase, int lo, int hi, const float* q, int g, size_t q_stride,
+                 const KV* k, const KV* v, const int* first, const int* n, int hdp, float scale,
+                 float* scores, float* out) {
   int shared_lo = 0, shared_hi = 1 << 30, fmin = 1 << 30, nmax = 0;
   for (int j = 0; j < G; j++) {
     const int t = j / g;
     shared_lo = std::max(shared_lo, first[t]), shared_hi = std::min(shared_hi, n[t]);
     fmin = std::min(fmin, first[t]), nmax = std::max(nmax, n[t]);
   }
-  // Scores are indexed by key position; the first panel may start before a row's first key (lanes never used).
+  // Scores are indexed by key position; the first panel may start before a row's first key (lanes
+  // never used).
   const int ns = pad_to(nmax);
   if (phase == AttendPhase::Scores) {
     const float* qr[G];
@@ -447,45 +486,60 @@ void attend_rows(AttendPhase phase, int lo, int hi, const float* q, int g, size_
     for (; pi + PB <= np; pi += PB) attend_scores<V, KV, G, PB>(qr, hdp, k, pi, scale, scores, ns);
     for (; pi < np; pi++) attend_scores<V, KV, G, 1>(qr, hdp, k, pi, scale, scores, ns);
   } else if (phase == AttendPhase::Softmax) {
-    for (int j = lo; j < std::min(hi, G); j++) {  // over the row's keys (other lanes of their panels are never used)
+    for (int j = lo; j < std::min(hi, G);
+         j++) {  // over the row's keys (other lanes of their panels are never used)
       const int f = first[j / g], e = n[j / g];
       float* s = scores + size_t(j) * ns;
       const typename V::reg vmx = V::set1(row_max<V>(s, f, e));
       for (int i = f / kPanel * kPanel; i < pad_to(e); i += V::W)
         V::store(s + i, V::exp(V::sub(V::load(s + i), vmx)));
       const typename V::reg vsum = V::set1(row_sum<V>(s + f, e - f));
-      for (int i = f / kPanel * kPanel; i < pad_to(e); i += V::W) V::store(s + i, V::div(V::load(s + i), vsum));
+      for (int i = f / kPanel * kPanel; i < pad_to(e); i += V::W)
+        V::store(s + i, V::div(V::load(s + i), vsum));
       for (int c = 0; c < hdp; c += V::W) V::store(out + size_t(j) * hdp + c, V::zero());
     }
   } else {
     const int c0 = lo, c1 = std::min(hi, hdp);
     if (shared_lo < shared_hi) {
       for (int j = 0; j < G; j++)
-        attend_values_rows<V, KV, 1>(scores + size_t(j) * ns, ns, v, first[j / g], shared_lo, hdp, c0, c1,
-                                     out + size_t(j) * hdp);
+        attend_values_rows<V, KV, 1>(scores + size_t(j) * ns, ns, v, first[j / g], shared_lo, hdp,
+                                     c0, c1, out + size_t(j) * hdp);
       attend_values_rows<V, KV, G>(scores, ns, v, shared_lo, shared_hi, hdp, c0, c1, out);
       for (int j = 0; j < G; j++)
-        attend_values_rows<V, KV, 1>(scores + size_t(j) * ns, ns, v, shared_hi, n[j / g], hdp, c0, c1,
-                                     out + size_t(j) * hdp);
+        attend_values_rows<V, KV, 1>(scores + size_t(j) * ns, ns, v, shared_hi, n[j / g], hdp, c0,
+                                     c1, out + size_t(j) * hdp);
     } else {  // no key that every row attends to (sliding windows far apart)
       for (int j = 0; j < G; j++)
-        attend_values_rows<V, KV, 1>(scores + size_t(j) * ns, ns, v, first[j / g], n[j / g], hdp, c0, c1,
-                                     out + size_t(j) * hdp);
+        attend_values_rows<V, KV, 1>(scores + size_t(j) * ns, ns, v, first[j / g], n[j / g], hdp,
+                                     c0, c1, out + size_t(j) * hdp);
     }
   }
 }
 
 template <class V, class KV>
-void attend_part(AttendPhase phase, int lo, int hi, const float* q, int g, int nt, size_t q_stride, const void* kp,
-                 const void* vp, const int* first, const int* n, int hdp, float scale, float* scores, float* out) {
+void attend_part(AttendPhase phase, int lo, int hi, const float* q, int g, int nt, size_t q_stride,
+                 const void* kp, const void* vp, const int* first, const int* n, int hdp,
+                 float scale, float* scores, float* out) {
   const KV *k = static_cast<const KV*>(kp), *v = static_cast<const KV*>(vp);
   switch (g * nt) {
-    case 1: return attend_rows<V, KV, 1>(phase, lo, hi, q, g, q_stride, k, v, first, n, hdp, scale, scores, out);
-    case 2: return attend_rows<V, KV, 2>(phase, lo, hi, q, g, q_stride, k, v, first, n, hdp, scale, scores, out);
-    case 3: return attend_rows<V, KV, 3>(phase, lo, hi, q, g, q_stride, k, v, first, n, hdp, scale, scores, out);
-    case 4: return attend_rows<V, KV, 4>(phase, lo, hi, q, g, q_stride, k, v, first, n, hdp, scale, scores, out);
-    case 5: return attend_rows<V, KV, 5>(phase, lo, hi, q, g, q_stride, k, v, first, n, hdp, scale, scores, out);
-    case 6: return attend_rows<V, KV, 6>(phase, lo, hi, q, g, q_stride, k, v, first, n, hdp, scale, scores, out);
+    case 1:
+      return attend_rows<V, KV, 1>(phase, lo, hi, q, g, q_stride, k, v, first, n, hdp, scale,
+                                   scores, out);
+    case 2:
+      return attend_rows<V, KV, 2>(phase, lo, hi, q, g, q_stride, k, v, first, n, hdp, scale,
+                                   scores, out);
+    case 3:
+      return attend_rows<V, KV, 3>(phase, lo, hi, q, g, q_stride, k, v, first, n, hdp, scale,
+                                   scores, out);
+    case 4:
+      return attend_rows<V, KV, 4>(phase, lo, hi, q, g, q_stride, k, v, first, n, hdp, scale,
+                                   scores, out);
+    case 5:
+      return attend_rows<V, KV, 5>(phase, lo, hi, q, g, q_stride, k, v, first, n, hdp, scale,
+                                   scores, out);
+    case 6:
+      return attend_rows<V, KV, 6>(phase, lo, hi, q, g, q_stride, k, v, first, n, hdp, scale,
+                                   scores, out);
   }
 }
 
@@ -497,8 +551,8 @@ void to_f16(const float* x, uint16_t* out, int n) {
   for (; i < n; i++) out[i] = f32_to_f16(x[i]);
 }
 
-// out = x sigmoid(x) * up (Silu) or x sigmoid(2u) * up with u = sqrt(2 / pi) (x + 0.044715 x^3) (GeluTanh).
-// n must be a multiple of V::W (activation rows are padded).
+// out = x sigmoid(x) * up (Silu) or x sigmoid(2u) * up with u = sqrt(2 / pi) (x + 0.044715 x^3)
+// (GeluTanh). n must be a multiple of V::W (activation rows are padded).
 template <class V, Activation A>
 void glu(const float* gate, const float* up, float* out, int n) {
   const typename V::reg one = V::set1(1.f);
@@ -513,10 +567,11 @@ void glu(const float* gate, const float* up, float* out, int n) {
   }
 }
 
-// Each block's sum of exponentials is the canonical sum of its values (the last group of the row zero-padded),
-// added in double in block order: the same bits as the reference.
+// Each block's sum of exponentials is the canonical sum of its values (the last group of the row
+// zero-padded), added in double in block order: the same bits as the reference.
 template <class V>
-int softmax_stats(const float* x, int n, float t, float close, float* max_out, double* sum_out, int32_t* ids) {
+int softmax_stats(const float* x, int n, float t, float close, float* max_out, double* sum_out,
+                  int32_t* ids) {
   using R = typename V::reg;
   constexpr int RL = kSumLanes / V::W;
   static_assert(kStatsBlock % kSumLanes == 0, "a block holds whole groups of lanes");
@@ -535,10 +590,12 @@ int softmax_stats(const float* x, int n, float t, float close, float* max_out, d
         const int o = j + r * V::W;
         const R q = V::div(V::load(x + o), vt);
         acc[r] = V::add(acc[r], V::exp(V::sub(q, vm)));
-        for (auto bits = V::ge_mask(q, vlo); bits; bits &= bits - 1) ids[count++] = o + __builtin_ctzll(bits);
+        for (auto bits = V::ge_mask(q, vlo); bits; bits &= bits - 1)
+          ids[count++] = o + __builtin_ctzll(bits);
       }
     }
-    if (j < e) {  // the last group: exponentials of a zero-padded copy, the lanes past the row then cleared
+    if (j < e) {  // the last group: exponentials of a zero-padded copy, the lanes past the row then
+                  // cleared
       alignas(64) float in[kSumLanes] = {}, ex[kSumLanes];
       std::memcpy(in, x + j, sizeof(float) * (e - j));
       for (int r = 0; r < RL; r++)

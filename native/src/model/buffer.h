@@ -1,7 +1,7 @@
-// 64-byte aligned, zero-initialised storage: weights, KV cache and scratch are allocated once with it.
-// Large buffers are anonymous mappings: the kernel hands out zeroed pages on first write, so memory is resident
-// only where it is used (a KV cache sized for 2048 tokens costs RAM for the tokens it holds; SmolLM2 int4 with
-// max_cache_len 2048: steady RSS 604 -> 510 MB). Small ones come from the heap, zeroed here.
+// 64-byte aligned, zero-initialised storage: weights, KV cache and scratch are allocated once with
+// it. Large buffers are anonymous mappings: the kernel hands out zeroed pages on first write, so
+// memory is resident only where it is used (a KV cache sized for 2048 tokens costs RAM for the
+// tokens it holds; perf-notes #6). Small ones come from the heap, zeroed here.
 #pragma once
 
 #include <sys/mman.h>
@@ -16,13 +16,15 @@ namespace kwker {
 
 class Buffer {
  public:
-  static constexpr size_t kMappedBytes = size_t(1) << 20;  // from this size on: an anonymous mapping
+  static constexpr size_t kMappedBytes = size_t(1)
+                                         << 20;  // from this size on: an anonymous mapping
 
   static constexpr size_t kHugePage = size_t(2) << 20;
 
   Buffer() = default;
-  // huge_pages: an anonymous mapping aligned to 2 MB and advised for transparent huge pages (where the system
-  // allows them: `madvise` mode), for memory that is streamed whole on every step (weights).
+  // huge_pages: an anonymous mapping aligned to 2 MB and advised for transparent huge pages (where
+  // the system allows them: `madvise` mode), for memory that is streamed whole on every step
+  // (weights).
   explicit Buffer(size_t bytes, bool huge_pages = false) : size_(bytes) {
     if (bytes == 0) return;
     mapped_ = huge_pages || bytes >= kMappedBytes;
@@ -33,7 +35,8 @@ class Buffer {
       if (map_ == MAP_FAILED) throw std::bad_alloc();
       const uintptr_t a = reinterpret_cast<uintptr_t>(map_);
       data_ = reinterpret_cast<void*>(huge_pages ? (a + kHugePage - 1) / kHugePage * kHugePage : a);
-      if (huge_pages) madvise(data_, span, MADV_HUGEPAGE);  // advice: no error if the system declines
+      if (huge_pages)
+        madvise(data_, span, MADV_HUGEPAGE);  // advice: no error if the system declines
       return;
     }
     const size_t rounded = (bytes + 63) / 64 * 64;
@@ -58,14 +61,18 @@ class Buffer {
   Buffer& operator=(const Buffer&) = delete;
 
   template <class T>
-  T* as() const { return static_cast<T*>(data_); }
+  T* as() const {
+    return static_cast<T*>(data_);
+  }
   size_t size() const { return size_; }
 
  private:
   void release() {
     if (!data_) return;
-    if (mapped_) munmap(map_, map_bytes_);
-    else std::free(data_);
+    if (mapped_)
+      munmap(map_, map_bytes_);
+    else
+      std::free(data_);
     data_ = nullptr;
   }
 

@@ -1,5 +1,5 @@
-// y = x w^T + b for one float32 weight matrix, packed once into the kernels' panel layout and run on a shared
-// thread pool: what kwker.torch_ops puts under torch.nn.Linear.
+// y = x w^T + b for one float32 weight matrix, packed once into the kernels' panel layout and run
+// on a shared thread pool: what kwker.torch_ops puts under torch.nn.Linear.
 #pragma once
 
 #include <memory>
@@ -15,7 +15,8 @@ namespace kwker {
 class Linear {
  public:
   // w: [n, k] float32, bias: [n] or null. The pool is shared by every Linear that uses it.
-  Linear(const float* w, int n, int k, const float* bias, std::shared_ptr<ThreadPool> pool, const std::string& isa);
+  Linear(const float* w, int n, int k, const float* bias, std::shared_ptr<ThreadPool> pool,
+         const std::string& isa);
   // x: m rows of k floats (row stride ldx); y: m rows of n floats (row stride ldy).
   void forward(const float* x, int m, int ldx, float* y, int ldy);
   int n() const { return n_; }

@@ -9,21 +9,26 @@ namespace kwker {
 
 namespace {
 
-// Limits on a model's shape and its buffers, checked before anything is sized by them: far above any model this
-// runs (Llama-3.1-405B: 126 layers, width 16384, vocabulary 128256), low enough that no buffer size overflows.
+// Limits on a model's shape and its buffers, checked before anything is sized by them: far above
+// any model this runs (Llama-3.1-405B: 126 layers, width 16384, vocabulary 128256), low enough that
+// no buffer size overflows.
 constexpr int kMaxLayers = 1024, kMaxWidth = 1 << 17, kMaxHeads = 1024, kMaxVocab = 1 << 24;
 constexpr int kMaxCacheLen = 1 << 24, kMaxSlots = 1024, kMaxStepTokens = 1 << 16;
 constexpr size_t kMaxKvCacheBytes = size_t(1) << 40;
 
-// cfg, after checking it and the sizes the model is built for (std::invalid_argument naming what is wrong).
-const Config& checked(const Config& cfg, int max_cache_len, int n_slots, int max_step_tokens, int max_out_rows) {
+// cfg, after checking it and the sizes the model is built for (std::invalid_argument naming what is
+// wrong).
+const Config& checked(const Config& cfg, int max_cache_len, int n_slots, int max_step_tokens,
+                      int max_out_rows) {
   auto need = [](bool ok, const std::string& what) {
     if (!ok) throw std::invalid_argument("invalid model configuration: " + what);
   };
-  need(cfg.n_layer >= 1 && cfg.n_layer <= kMaxLayers, "n_layer must be 1.." + std::to_string(kMaxLayers));
+  need(cfg.n_layer >= 1 && cfg.n_layer <= kMaxLayers,
+       "n_layer must be 1.." + std::to_string(kMaxLayers));
   need(cfg.n_embd >= 1 && cfg.n_embd <= kMaxWidth && cfg.n_ff >= 1 && cfg.n_ff <= kMaxWidth,
        "n_embd and n_ff must be 1.." + std::to_string(kMaxWidth));
-  need(cfg.n_head >= 1 && cfg.n_head <= kMaxHeads && cfg.n_kv_head >= 1 && cfg.n_head % cfg.n_kv_head == 0,
+  need(cfg.n_head >= 1 && cfg.n_head <= kMaxHeads && cfg.n_kv_head >= 1 &&
+           cfg.n_head % cfg.n_kv_head == 0,
        "n_head must be 1.." + std::to_string(kMaxHeads) + " and a multiple of n_kv_head");
   need(cfg.head_dim >= 2 && cfg.head_dim % 2 == 0 && cfg.head_dim <= kMaxHeadDim,
        "head_dim must be even, 2.." + std::to_string(kMaxHeadDim));
@@ -33,7 +38,8 @@ const Config& checked(const Config& cfg, int max_cache_len, int n_slots, int max
        "max_cache_len must be 1.." + std::to_string(kMaxCacheLen));
   need(n_slots >= 1 && n_slots <= kMaxSlots, "n_slots must be 1.." + std::to_string(kMaxSlots));
   need(max_step_tokens >= 1 && max_step_tokens <= kMaxStepTokens && max_out_rows >= 1,
-       "max_step_tokens must be 1.." + std::to_string(kMaxStepTokens) + " and max_out_rows positive");
+       "max_step_tokens must be 1.." + std::to_string(kMaxStepTokens) +
+           " and max_out_rows positive");
   const size_t kv = size_t(n_slots) * cfg.n_layer * cfg.n_kv_head * pad_to(max_cache_len, kPanel) *
                     pad_to(cfg.head_dim) * 4;
   need(kv <= kMaxKvCacheBytes, "the KV cache would take " + std::to_string(kv >> 30) + " GB");
@@ -42,8 +48,9 @@ const Config& checked(const Config& cfg, int max_cache_len, int n_slots, int max
 
 }  // namespace
 
-Model::Model(const Config& cfg, int n_rope, const float* rope_cos, const float* rope_sin, int max_cache_len,
-             int n_slots, int max_step_tokens, int max_out_rows, int n_threads, const std::string& isa)
+Model::Model(const Config& cfg, int n_rope, const float* rope_cos, const float* rope_sin,
+             int max_cache_len, int n_slots, int max_step_tokens, int max_out_rows, int n_threads,
+             const std::string& isa)
     : cfg_(checked(cfg, max_cache_len, n_slots, max_step_tokens, max_out_rows)),
       kern_(&kernels_select(isa)),
       max_cache_(max_cache_len),
@@ -66,8 +73,10 @@ Model::Model(const Config& cfg, int n_rope, const float* rope_cos, const float* 
     throw std::invalid_argument("layer_window and layer_rope need one entry per layer");
   for (int l = 0; l < cfg.n_layer; l++)
     if (cfg_.layer_window[l] < 0 || cfg_.layer_rope[l] < 0 || cfg_.layer_rope[l] >= n_rope)
-      throw std::invalid_argument("layer " + std::to_string(l) + " has a negative window or no such rope table");
-  if (int(cfg_.act) < 0 || int(cfg_.act) >= kActivations) throw std::invalid_argument("unknown activation");
+      throw std::invalid_argument("layer " + std::to_string(l) +
+                                  " has a negative window or no such rope table");
+  if (int(cfg_.act) < 0 || int(cfg_.act) >= kActivations)
+    throw std::invalid_argument("unknown activation");
   rope_half_ = cfg_.rope_dim / 2;
   const size_t rope_floats = size_t(n_rope) * max_cache_len * rope_half_;
   rope_cos_ = Buffer(sizeof(float) * rope_floats);
@@ -75,8 +84,10 @@ Model::Model(const Config& cfg, int n_rope, const float* rope_cos, const float* 
   std::memcpy(rope_cos_.as<float>(), rope_cos, sizeof(float) * rope_floats);
   std::memcpy(rope_sin_.as<float>(), rope_sin, sizeof(float) * rope_floats);
 
-  const size_t cache_floats = size_t(n_slots) * cfg.n_layer * cfg.n_kv_head * pad_to(max_cache_len, kPanel) * hdp_;
-  if (int(cfg_.kv_type) < 0 || int(cfg_.kv_type) >= kKVTypes) throw std::invalid_argument("unknown KV cache type");
+  const size_t cache_floats =
+      size_t(n_slots) * cfg.n_layer * cfg.n_kv_head * pad_to(max_cache_len, kPanel) * hdp_;
+  if (int(cfg_.kv_type) < 0 || int(cfg_.kv_type) >= kKVTypes)
+    throw std::invalid_argument("unknown KV cache type");
   cache_k_ = Buffer(kv_bytes() * cache_floats);
   cache_v_ = Buffer(kv_bytes() * cache_floats);
 
@@ -103,7 +114,8 @@ Model::Model(const Config& cfg, int n_rope, const float* rope_cos, const float* 
   attend_runs_.reserve(max_step_tokens + 1);
 }
 
-void Model::set_matrix(const std::string& name, const void* data, WType type, int n, int k, const float* bias) {
+void Model::set_matrix(const std::string& name, const void* data, WType type, int n, int k,
+                       const float* bias) {
   std::lock_guard<std::mutex> lock(mu_);
   complete_ = false;
   Matrix* m = nullptr;
@@ -116,24 +128,34 @@ void Model::set_matrix(const std::string& name, const void* data, WType type, in
   } else if (name.rfind("layers.", 0) == 0) {
     const size_t dot = name.find('.', 7);
     const int li = std::stoi(name.substr(7, dot - 7));
-    if (li < 0 || li >= cfg_.n_layer || dot == std::string::npos) throw std::invalid_argument("bad weight " + name);
+    if (li < 0 || li >= cfg_.n_layer || dot == std::string::npos)
+      throw std::invalid_argument("bad weight " + name);
     Layer& L = layers_[li];
     const std::string part = name.substr(dot + 1);
-    if (part == "q") m = &L.wq, want_n = qd, want_k = cfg_.n_embd;
-    else if (part == "k") m = &L.wk, want_n = kvd, want_k = cfg_.n_embd;
-    else if (part == "v") m = &L.wv, want_n = kvd, want_k = cfg_.n_embd;
-    else if (part == "o") m = &L.wo, want_n = cfg_.n_embd, want_k = qd;
-    else if (part == "gate") m = &L.wgate, want_n = cfg_.n_ff, want_k = cfg_.n_embd;
-    else if (part == "up") m = &L.wup, want_n = cfg_.n_ff, want_k = cfg_.n_embd;
-    else if (part == "down") m = &L.wdown, want_n = cfg_.n_embd, want_k = cfg_.n_ff;
+    if (part == "q")
+      m = &L.wq, want_n = qd, want_k = cfg_.n_embd;
+    else if (part == "k")
+      m = &L.wk, want_n = kvd, want_k = cfg_.n_embd;
+    else if (part == "v")
+      m = &L.wv, want_n = kvd, want_k = cfg_.n_embd;
+    else if (part == "o")
+      m = &L.wo, want_n = cfg_.n_embd, want_k = qd;
+    else if (part == "gate")
+      m = &L.wgate, want_n = cfg_.n_ff, want_k = cfg_.n_embd;
+    else if (part == "up")
+      m = &L.wup, want_n = cfg_.n_ff, want_k = cfg_.n_embd;
+    else if (part == "down")
+      m = &L.wdown, want_n = cfg_.n_embd, want_k = cfg_.n_ff;
   }
   if (!m) throw std::invalid_argument("unknown weight " + name);
   if (n != want_n || k != want_k)
-    throw std::invalid_argument("weight " + name + " has shape [" + std::to_string(n) + ", " + std::to_string(k) +
-                                "], expected [" + std::to_string(want_n) + ", " + std::to_string(want_k) + "]");
+    throw std::invalid_argument("weight " + name + " has shape [" + std::to_string(n) + ", " +
+                                std::to_string(k) + "], expected [" + std::to_string(want_n) +
+                                ", " + std::to_string(want_k) + "]");
   m->n = n, m->k = k, m->kp = pad_to(k), m->type = type;
   m->w = weight_space(m->bytes());  // zeroed
-  pool_.run([&](int tid) {  // quantizing is the slow part of loading: every thread takes a share of the panels
+  pool_.run([&](int tid) {  // quantizing is the slow part of loading: every thread takes a share of
+                            // the panels
     auto [p0, p1] = pool_.split(pad_to(n, kPanel) / kPanel, tid);
     pack_panel_range(data, type, n, k, m->w, p0, p1);
   });
@@ -160,21 +182,29 @@ void Model::set_norm(const std::string& name, const float* data, int n) {
   complete_ = false;
   const bool per_head = name.size() > 7 && (name.compare(name.size() - 7, 7, ".q_norm") == 0 ||
                                             name.compare(name.size() - 7, 7, ".k_norm") == 0);
-  if (n != (per_head ? cfg_.head_dim : cfg_.n_embd)) throw std::invalid_argument("norm " + name + " has the wrong size");
+  if (n != (per_head ? cfg_.head_dim : cfg_.n_embd))
+    throw std::invalid_argument("norm " + name + " has the wrong size");
   Buffer* b = nullptr;
   if (name == "norm") {
     b = &final_norm_;
   } else if (name.rfind("layers.", 0) == 0) {
     const size_t dot = name.find('.', 7);
     const int li = std::stoi(name.substr(7, dot - 7));
-    if (li < 0 || li >= cfg_.n_layer || dot == std::string::npos) throw std::invalid_argument("bad norm " + name);
+    if (li < 0 || li >= cfg_.n_layer || dot == std::string::npos)
+      throw std::invalid_argument("bad norm " + name);
     const std::string part = name.substr(dot + 1);
-    if (part == "attn_norm") b = &layers_[li].attn_norm;
-    else if (part == "mlp_norm") b = &layers_[li].mlp_norm;
-    else if (part == "q_norm") b = &layers_[li].q_norm;
-    else if (part == "k_norm") b = &layers_[li].k_norm;
-    else if (part == "post_attn_norm") b = &layers_[li].post_attn_norm;
-    else if (part == "post_mlp_norm") b = &layers_[li].post_mlp_norm;
+    if (part == "attn_norm")
+      b = &layers_[li].attn_norm;
+    else if (part == "mlp_norm")
+      b = &layers_[li].mlp_norm;
+    else if (part == "q_norm")
+      b = &layers_[li].q_norm;
+    else if (part == "k_norm")
+      b = &layers_[li].k_norm;
+    else if (part == "post_attn_norm")
+      b = &layers_[li].post_attn_norm;
+    else if (part == "post_mlp_norm")
+      b = &layers_[li].post_mlp_norm;
   }
   if (!b) throw std::invalid_argument("unknown norm " + name);
   *b = Buffer(sizeof(float) * n);
@@ -207,8 +237,13 @@ void Model::check_complete_locked() {
       need(L.post_attn_norm.size() > 0, p + "post_attn_norm");
       need(L.post_mlp_norm.size() > 0, p + "post_mlp_norm");
     }
-    for (auto [m, nm] : {std::pair{&L.wq, "q"}, {&L.wk, "k"}, {&L.wv, "v"}, {&L.wo, "o"}, {&L.wgate, "gate"},
-                         {&L.wup, "up"}, {&L.wdown, "down"}})
+    for (auto [m, nm] : {std::pair{&L.wq, "q"},
+                         {&L.wk, "k"},
+                         {&L.wv, "v"},
+                         {&L.wo, "o"},
+                         {&L.wgate, "gate"},
+                         {&L.wup, "up"},
+                         {&L.wdown, "down"}})
       need(m->n > 0, p + nm);
   }
   complete_ = true;
@@ -217,8 +252,8 @@ void Model::check_complete_locked() {
 size_t Model::weight_bytes_per_token() const {
   size_t b = (cfg_.tied_embeddings ? embed_ : lm_head_).bytes();
   for (const Layer& L : layers_)
-    b += L.wq.bytes() + L.wk.bytes() + L.wv.bytes() + L.wo.bytes() + L.wgate.bytes() + L.wup.bytes() +
-         L.wdown.bytes();
+    b += L.wq.bytes() + L.wk.bytes() + L.wv.bytes() + L.wo.bytes() + L.wgate.bytes() +
+         L.wup.bytes() + L.wdown.bytes();
   return b;
 }
 
@@ -240,8 +275,8 @@ void Model::store_kv(const float* x, char* dst, int stride) const {
 
 namespace {
 
-// 1 / sqrt(mean(x^2) + eps) over n values, as transformers' RMSNorm computes it in float32 (here summed in double:
-// four chains, a fixed order).
+// 1 / sqrt(mean(x^2) + eps) over n values, as transformers' RMSNorm computes it in float32 (here
+// summed in double: four chains, a fixed order).
 float rms_inverse(const float* x, int n, float eps) {
   double s[4] = {0.0, 0.0, 0.0, 0.0};
   int i = 0;
@@ -251,17 +286,18 @@ float rms_inverse(const float* x, int n, float eps) {
   return 1.0f / std::sqrt(float(((s[0] + s[1]) + (s[2] + s[3])) / n) + eps);
 }
 
-// out = x * rms_inverse(x) * w over n values (out may be x): the rows of the residual stream and, with q/k norms,
-// each attention head.
+// out = x * rms_inverse(x) * w over n values (out may be x): the rows of the residual stream and,
+// with q/k norms, each attention head.
 void rmsnorm(const float* x, const float* w, float* out, int n, float eps) {
   const float inv = rms_inverse(x, n, eps);
   for (int i = 0; i < n; i++) out[i] = w[i] * (x[i] * inv);
 }
 
-// Per-token work on rows of `cols` padded values (norms, activation quantization, GLU), shared out in pieces
-// f(t, c0, c1): with at least as many tokens as threads, each thread takes its share of the tokens whole; with
-// fewer, each token's columns are cut in parts at multiples of kQBlock, one per thread, so that no thread waits
-// while another does a lone token's work (the 1-token step). A piece computes the same values whoever runs it.
+// Per-token work on rows of `cols` padded values (norms, activation quantization, GLU), shared out
+// in pieces f(t, c0, c1): with at least as many tokens as threads, each thread takes its share of
+// the tokens whole; with fewer, each token's columns are cut in parts at multiples of kQBlock, one
+// per thread, so that no thread waits while another does a lone token's work (the 1-token step). A
+// piece computes the same values whoever runs it.
 template <class F>
 void for_pieces(const ThreadPool& pool, int T, int cols, int tid, const F& f) {
   const int n = pool.size();
@@ -273,7 +309,8 @@ void for_pieces(const ThreadPool& pool, int T, int cols, int tid, const F& f) {
   const int parts = n / T;
   for (int item = tid; item < T * parts; item += n) {
     const int t = item / parts, part = item % parts;
-    const int b = cols / kQBlock, c0 = b * part / parts * kQBlock, c1 = b * (part + 1) / parts * kQBlock;
+    const int b = cols / kQBlock, c0 = b * part / parts * kQBlock,
+              c1 = b * (part + 1) / parts * kQBlock;
     if (c0 < c1) f(t, c0, c1);
   }
 }
@@ -289,7 +326,8 @@ void Model::norm_part(const float* x, const Buffer& w, float* out, int c0, int c
   }
 }
 
-void Model::add_residual(const Matrix& m, const float* in, int ldin, const Buffer& post_norm, int T, int tid) {
+void Model::add_residual(const Matrix& m, const float* in, int ldin, const Buffer& post_norm, int T,
+                         int tid) {
   float* x = x_.as<float>();
   if (!cfg_.post_norms) {  // accumulated straight into the residual stream by the matmul's epilogue
     matmul_part(m, in, T, ldin, x, ep_, true, tid);
@@ -305,24 +343,28 @@ void Model::add_residual(const Matrix& m, const float* in, int ldin, const Buffe
   if (T < pool_.size()) pool_.barrier();  // rows were cut in parts: the next norm reads whole rows
 }
 
-// Rotates q and k (transformers' rotate_half convention over the first rope_dim dims of a head, the rest pass
-// through), lays q out per head with padding, and writes k and v into the sequence's cache row at its position.
-// Threads take contiguous shares of the step's (token, head) pairs, a token's heads in the order KV head 0, its
-// query heads, KV head 1, ...: a KV head (its key rotated and written with its value into the cache) costs more
-// than a query head, and so the shares of a lone token are even (SmolLM2: 2 KV + 4 query heads and 1 + 5, not
-// 6 query heads and 3 + 3).
-void Model::rope_and_cache(int layer, const int32_t* slots, const int32_t* positions, int T, int tid) {
+// Rotates q and k (transformers' rotate_half convention over the first rope_dim dims of a head, the
+// rest pass through), lays q out per head with padding, and writes k and v into the sequence's
+// cache row at its position. Threads take contiguous shares of the step's (token, head) pairs, a
+// token's heads in the order KV head 0, its query heads, KV head 1, ...: a KV head (its key rotated
+// and written with its value into the cache) costs more than a query head, and so the shares of a
+// lone token are even (SmolLM2: 2 KV + 4 query heads and 1 + 5, not 6 query heads and 3 + 3).
+void Model::rope_and_cache(int layer, const int32_t* slots, const int32_t* positions, int T,
+                           int tid) {
   const int hd = cfg_.head_dim, half = rope_half_, heads = cfg_.n_head + cfg_.n_kv_head;
   const int group = cfg_.n_head / cfg_.n_kv_head;
-  const float* table_cos = rope_cos_.as<float>() + size_t(cfg_.layer_rope[layer]) * max_cache_ * half;
-  const float* table_sin = rope_sin_.as<float>() + size_t(cfg_.layer_rope[layer]) * max_cache_ * half;
+  const float* table_cos =
+      rope_cos_.as<float>() + size_t(cfg_.layer_rope[layer]) * max_cache_ * half;
+  const float* table_sin =
+      rope_sin_.as<float>() + size_t(cfg_.layer_rope[layer]) * max_cache_ * half;
   const auto [i0, i1] = pool_.split(T * heads, tid);
   for (int i = i0; i < i1; i++) {
-    const int t = i / heads, r = i % heads % (group + 1), kvh = i % heads / (group + 1), pos = positions[t];
+    const int t = i / heads, r = i % heads % (group + 1), kvh = i % heads / (group + 1),
+              pos = positions[t];
     const float* c = table_cos + size_t(pos) * half;
     const float* s = table_sin + size_t(pos) * half;
-    // out[i * stride] for i < head_dim: the rotated vector (stride kPanel writes a key into its panel column),
-    // after the head's own RMSNorm when the model has one (norm: [head_dim] or null)
+    // out[i * stride] for i < head_dim: the rotated vector (stride kPanel writes a key into its
+    // panel column), after the head's own RMSNorm when the model has one (norm: [head_dim] or null)
     float normed[kMaxHeadDim];
     auto rotate = [&](const float* in, float* out, int stride, const Buffer& norm) {
       if (norm.size()) {
@@ -338,13 +380,15 @@ void Model::rope_and_cache(int layer, const int32_t* slots, const int32_t* posit
     };
     if (r > 0) {  // query head h
       const int h = kvh * group + r - 1;
-      rotate(q_.as<float>() + size_t(t) * qp_ + h * hd, qh_.as<float>() + (size_t(t) * cfg_.n_head + h) * hdp_, 1,
-             layers_[layer].q_norm);
+      rotate(q_.as<float>() + size_t(t) * qp_ + h * hd,
+             qh_.as<float>() + (size_t(t) * cfg_.n_head + h) * hdp_, 1, layers_[layer].q_norm);
       continue;
     }
     float key[kMaxHeadDim];  // key i's dim d sits at panel_index(i, d): stride kPanel
     rotate(k_.as<float>() + size_t(t) * kvp_ + kvh * hd, key, 1, layers_[layer].k_norm);
-    store_kv(key, cache_head(cache_k_, slots[t], layer, kvh) + panel_index(pos, 0, hdp_) * kv_bytes(), kPanel);
+    store_kv(key,
+             cache_head(cache_k_, slots[t], layer, kvh) + panel_index(pos, 0, hdp_) * kv_bytes(),
+             kPanel);
     store_kv(v_.as<float>() + size_t(t) * kvp_ + kvh * hd,
              cache_head(cache_v_, slots[t], layer, kvh) + size_t(pos) * hdp_ * kv_bytes(), 1);
   }
@@ -353,12 +397,13 @@ void Model::rope_and_cache(int layer, const int32_t* slots, const int32_t* posit
 void Model::quantize_part(const Matrix& m, const float* x, int ldx, int t, int c0, int c1) {
   if (!wtype_quantized(m.type)) return;
   const size_t nb = m.kp / kQBlock;
-  kern_->quantize(x + size_t(t) * ldx + c0, 1, ldx, c1 - c0, qx_.as<int8_t>() + size_t(t) * m.kp + c0,
-                  qd_.as<float>() + t * nb + c0 / kQBlock, qdsum_.as<float>() + t * nb + c0 / kQBlock);
+  kern_->quantize(x + size_t(t) * ldx + c0, 1, ldx, c1 - c0,
+                  qx_.as<int8_t>() + size_t(t) * m.kp + c0, qd_.as<float>() + t * nb + c0 / kQBlock,
+                  qdsum_.as<float>() + t * nb + c0 / kQBlock);
 }
 
-void Model::matmul_part(const Matrix& m, const float* x, int rows, int ldx, float* y, int ldy, bool accumulate,
-                        int tid) {
+void Model::matmul_part(const Matrix& m, const float* x, int rows, int ldx, float* y, int ldy,
+                        bool accumulate, int tid) {
   auto run = [&](int p0, int p1) {
     if (wtype_quantized(m.type)) {
       const QRows q{qx_.as<int8_t>(), qd_.as<float>(), qdsum_.as<float>()};
@@ -370,20 +415,18 @@ void Model::matmul_part(const Matrix& m, const float* x, int rows, int ldx, floa
   };
   const int panels = pad_to(m.n, kPanel) / kPanel;
   const int call = matmuls_entered_[tid].value.fetch_add(1, std::memory_order_relaxed);
-  // One row (a generated token): static shares, each one call, so that the kernel streams the share in NPV long
-  // panel streams (streaming_tiles). 1-token int4 SmolLM2 step, 2 threads (alternating A/B per step, medians):
-  // 3.95 -> 3.33 ms against the 4-panel chunks below; balanced -3.4%, bf16 -1%. Chunking only the last quarter of
-  // each share (so a thread can still help a slow one) was 4.7% slower than none.
-  if (call >= n_counters_ || rows == 1) {  // (more calls than counters: not expected, 7 matmuls per layer)
+  // One row (a generated token): static shares, each one call, so that the kernel streams the share
+  // in NPV long panel streams (streaming_tiles; perf-notes #8).
+  if (call >= n_counters_ ||
+      rows == 1) {  // (more calls than counters: not expected, 7 matmuls per layer)
     auto [p0, p1] = pool_.split(panels, tid);
     if (p0 < p1) run(p0, p1);
     return;
   }
-  // Each thread takes chunks of its own share first (from its own counter: no contention), then helps the others
-  // finish theirs (the same counters: a chunk is claimed once). Counters count the panels claimed of a share. On
-  // this shared 2-vCPU host one thread often runs slower than the other; helping it (alternating A/B per step,
-  // medians): bf16 8 sequences -8%, 128-token prefill -12%, balanced pp512 -7%, int4 unchanged. Which thread
-  // computes a panel does not change its bits.
+  // Each thread takes chunks of its own share first (from its own counter: no contention), then
+  // helps the others finish theirs (the same counters: a chunk is claimed once; perf-notes #9).
+  // Counters count the panels claimed of a share. Which thread computes a panel does not change its
+  // bits.
   const int n = pool_.size(), chunk = 4;  // 4 panels: a GEMV tile
   Counter* claimed = &next_panel_[size_t(call) * n];
   for (int i = 0; i < n; i++) {
@@ -394,13 +437,12 @@ void Model::matmul_part(const Matrix& m, const float* x, int rows, int ldx, floa
   }
 }
 
-// Attention calls: (run, KV head, block of the query heads sharing it). With at least two calls per thread each
-// thread makes whole calls, dealt round robin (a prefill's later tokens attend to more keys: contiguous shares were
-// unequal, pp512 -9..13%). With fewer (one token, few KV heads: 3 calls for 2 threads in SmolLM2) and long enough
-// contexts, the calls are made in parts (AttendPartFn): the threads share out key panels, then rows, then output
-// columns, with a barrier between, so each reads an even share of the cache; the parts give the whole call's bits.
-// 1-token int4 SmolLM2 step, 2 threads (A/B medians): 64 keys +1% (two more barriers), 256 keys -2.5%, 448 -4%,
-// 960 -5%; hence parts from 128 keys on.
+// Attention calls: (run, KV head, block of the query heads sharing it). With at least two calls per
+// thread each thread makes whole calls, dealt round robin (a prefill's later tokens attend to more
+// keys). With fewer (one token, few KV heads: 3 calls for 2 threads in SmolLM2) and long enough
+// contexts, the calls are made in parts (AttendPartFn): the threads share out key panels, then
+// rows, then output columns, with a barrier between, so each reads an even share of the cache; the
+// parts give the whole call's bits. Parts pay from 128 keys on (perf-notes #10).
 constexpr int kSplitAttentionKeys = 128;
 
 void Model::attention(int l, const int32_t* slots, const int32_t* positions, int blocks, int tid) {
@@ -416,16 +458,19 @@ void Model::attention(int l, const int32_t* slots, const int32_t* positions, int
   };
   auto describe = [&](int call) {
     Call a;
-    const int run = call / (c.n_kv_head * blocks), kvh = call / blocks % c.n_kv_head, b = call % blocks;
+    const int run = call / (c.n_kv_head * blocks), kvh = call / blocks % c.n_kv_head,
+              b = call % blocks;
     a.t0 = attend_runs_[run], a.nt = attend_runs_[run + 1] - a.t0;
     a.h0 = kvh * group + b * group / blocks, a.g = kvh * group + (b + 1) * group / blocks - a.h0;
     a.q = qh_.as<float>() + (size_t(a.t0) * c.n_head + a.h0) * hdp_;
-    a.k = cache_head(cache_k_, slots[a.t0], l, kvh), a.v = cache_head(cache_v_, slots[a.t0], l, kvh);
+    a.k = cache_head(cache_k_, slots[a.t0], l, kvh),
+    a.v = cache_head(cache_v_, slots[a.t0], l, kvh);
     a.p0 = 1 << 30, a.p1 = 0;
     for (int i = 0; i < a.nt; i++) {
       a.n[i] = positions[a.t0 + i] + 1;
       a.first[i] = window ? std::max(0, a.n[i] - window) : 0;
-      a.p0 = std::min(a.p0, a.first[i] / kPanel), a.p1 = std::max(a.p1, (a.n[i] + kPanel - 1) / kPanel);
+      a.p0 = std::min(a.p0, a.first[i] / kPanel),
+      a.p1 = std::max(a.p1, (a.n[i] + kPanel - 1) / kPanel);
     }
     return a;
   };
@@ -433,14 +478,16 @@ void Model::attention(int l, const int32_t* slots, const int32_t* positions, int
   auto gather = [&](const Call& a, const float* hout, int c0, int c1) {
     if (c0 >= std::min(c1, c.head_dim)) return;
     for (int j = 0; j < a.g * a.nt; j++)
-      std::memcpy(att_.as<float>() + size_t(a.t0 + j / a.g) * qp_ + (a.h0 + j % a.g) * c.head_dim + c0,
-                  hout + size_t(j) * hdp_ + c0, sizeof(float) * (std::min(c1, c.head_dim) - c0));
+      std::memcpy(
+          att_.as<float>() + size_t(a.t0 + j / a.g) * qp_ + (a.h0 + j % a.g) * c.head_dim + c0,
+          hout + size_t(j) * hdp_ + c0, sizeof(float) * (std::min(c1, c.head_dim) - c0));
   };
   const size_t scores_stride = size_t(kMaxAttendRows) * pad_to(max_cache_);
   const AttendPartFn part = kern_->attend_part[int(c.kv_type)];
   auto longest = [&] {  // keys of the longest call (the last token of a run has the most)
     int keys = 0;
-    for (size_t r = 1; r < attend_runs_.size(); r++) keys = std::max(keys, positions[attend_runs_[r] - 1] + 1);
+    for (size_t r = 1; r < attend_runs_.size(); r++)
+      keys = std::max(keys, positions[attend_runs_[r] - 1] + 1);
     return keys;
   };
   if (calls >= 2 * pool_.size() || longest() < kSplitAttentionKeys) {
@@ -448,8 +495,8 @@ void Model::attention(int l, const int32_t* slots, const int32_t* positions, int
     float* hout = head_out_.as<float>() + size_t(tid) * kMaxAttendRows * hdp_;
     for (int call = tid; call < calls; call += pool_.size()) {
       const Call a = describe(call);
-      attend_whole(part, a.q, a.g, a.nt, size_t(c.n_head) * hdp_, a.k, a.v, a.first, a.n, hdp_, c.attn_scale, scores,
-                   hout);
+      attend_whole(part, a.q, a.g, a.nt, size_t(c.n_head) * hdp_, a.k, a.v, a.first, a.n, hdp_,
+                   c.attn_scale, scores, hout);
       gather(a, hout, 0, c.head_dim);
     }
     return;
@@ -467,8 +514,8 @@ void Model::attention(int l, const int32_t* slots, const int32_t* positions, int
         float* scores = scores_.as<float>() + i * scores_stride;
         float* hout = head_out_.as<float>() + size_t(i) * kMaxAttendRows * hdp_;
         const int shift = phase == AttendPhase::Scores ? a.p0 : 0;
-        part(phase, lo + shift, hi + shift, a.q, a.g, a.nt, size_t(c.n_head) * hdp_, a.k, a.v, a.first, a.n, hdp_,
-             c.attn_scale, scores, hout);
+        part(phase, lo + shift, hi + shift, a.q, a.g, a.nt, size_t(c.n_head) * hdp_, a.k, a.v,
+             a.first, a.n, hdp_, c.attn_scale, scores, hout);
         if (phase == AttendPhase::Values) gather(a, hout, lo, hi);
       }
       base += count;
@@ -490,17 +537,20 @@ void Model::step(const int32_t* tokens, const int32_t* slots, const int32_t* pos
   const int group = c.n_head / c.n_kv_head;
   float* x = x_.as<float>();
   float* xn = xn_.as<float>();
-  // Attention takes a KV head's query heads in blocks of at most kMaxAttendHeads (balanced: 6 -> 3 + 3) and, per
-  // call, a run of consecutive tokens of one sequence (prefill, a verify step), as many as make kMaxAttendRows rows:
-  // each key and value is loaded once for all of them.
+  // Attention takes a KV head's query heads in blocks of at most kMaxAttendHeads (balanced: 6 -> 3
+  // + 3) and, per call, a run of consecutive tokens of one sequence (prefill, a verify step), as
+  // many as make kMaxAttendRows rows: each key and value is loaded once for all of them.
   const int blocks = (group + kMaxAttendHeads - 1) / kMaxAttendHeads;
   const int run_max = std::max(1, kMaxAttendRows / ((group + blocks - 1) / blocks));
   attend_runs_.assign(1, 0);
   for (int t = 1; t <= T; t++)
-    if (t == T || slots[t] != slots[t - 1] || t - attend_runs_.back() == run_max) attend_runs_.push_back(t);
+    if (t == T || slots[t] != slots[t - 1] || t - attend_runs_.back() == run_max)
+      attend_runs_.push_back(t);
 
-  for (int i = 0; i < n_counters_ * pool_.size(); i++) next_panel_[i].value.store(0, std::memory_order_relaxed);
-  for (int i = 0; i < pool_.size(); i++) matmuls_entered_[i].value.store(0, std::memory_order_relaxed);
+  for (int i = 0; i < n_counters_ * pool_.size(); i++)
+    next_panel_[i].value.store(0, std::memory_order_relaxed);
+  for (int i = 0; i < pool_.size(); i++)
+    matmuls_entered_[i].value.store(0, std::memory_order_relaxed);
   pool_.run([&](int tid) {
     for_pieces(pool_, T, ep_, tid, [&](int t, int c0, int c1) {
       float* row = x + size_t(t) * ep_;
@@ -526,8 +576,9 @@ void Model::step(const int32_t* tokens, const int32_t* slots, const int32_t* pos
       attention(l, slots, positions, blocks, tid);
       pool_.barrier();
       if (wtype_quantized(L.wo.type)) {
-        for_pieces(pool_, T, qp_, tid,
-                   [&](int t, int c0, int c1) { quantize_part(L.wo, att_.as<float>(), qp_, t, c0, c1); });
+        for_pieces(pool_, T, qp_, tid, [&](int t, int c0, int c1) {
+          quantize_part(L.wo, att_.as<float>(), qp_, t, c0, c1);
+        });
         pool_.barrier();
       }
       add_residual(L.wo, att_.as<float>(), qp_, L.post_attn_norm, T, tid);
@@ -548,7 +599,8 @@ void Model::step(const int32_t* tokens, const int32_t* slots, const int32_t* pos
       pool_.barrier();
       add_residual(L.wdown, gate_.as<float>(), fp_, L.post_mlp_norm, T, tid);
     }
-    if (c.post_norms && T >= pool_.size()) pool_.barrier();  // the last layer's rows were finished per thread
+    if (c.post_norms && T >= pool_.size())
+      pool_.barrier();  // the last layer's rows were finished per thread
 
     // Final norm of the requested rows into the front of xn, then lm_head and argmax.
     for_pieces(pool_, R, ep_, tid, [&](int r, int c0, int c1) {

@@ -1,8 +1,9 @@
-// The decode step of a decoder-only transformer (Llama family and its relatives), run as one native call:
-// embedding -> every layer (RMSNorm, Q/K/V, RoPE, KV-cache write, attention, O, gated MLP) -> final norm ->
-// lm_head, for T tokens that may belong to several sequences ("slots") at different positions. What differs
-// between families is configuration: per-head q/k norms, norms after attention and MLP, the MLP's activation,
-// an embedding scale, partial rotary dims, and per layer a sliding window and a rope table.
+// The decode step of a decoder-only transformer (Llama family and its relatives), run as one native
+// call: embedding -> every layer (RMSNorm, Q/K/V, RoPE, KV-cache write, attention, O, gated MLP) ->
+// final norm -> lm_head, for T tokens that may belong to several sequences ("slots") at different
+// positions. What differs between families is configuration: per-head q/k norms, norms after
+// attention and MLP, the MLP's activation, an embedding scale, partial rotary dims, and per layer a
+// sliding window and a rope table.
 #pragma once
 
 #include <atomic>
@@ -26,17 +27,20 @@ struct Config {
   float attn_scale = 0.f;  // softmax scale; head_dim^-0.5 for Llama
   WType wtype = WType::F32;
   bool tied_embeddings = false;
-  bool qk_norm = false;     // RMSNorm of each q and k head before RoPE (Qwen3, Gemma 3)
-  bool post_norms = false;  // RMSNorm of the attention and MLP outputs before the residual add (Gemma 3)
+  bool qk_norm = false;  // RMSNorm of each q and k head before RoPE (Qwen3, Gemma 3)
+  // RMSNorm of the attention and MLP outputs before the residual add (Gemma 3)
+  bool post_norms = false;
   Activation act = Activation::Silu;  // of the MLP gate
-  float embed_scale = 1.f;  // embeddings are multiplied by it (Gemma: sqrt(n_embd))
-  int rope_dim = 0;         // leading dims of each head that RoPE rotates (0: all of head_dim)
+  float embed_scale = 1.f;            // embeddings are multiplied by it (Gemma: sqrt(n_embd))
+  int rope_dim = 0;  // leading dims of each head that RoPE rotates (0: all of head_dim)
   std::vector<int> layer_window;  // per layer: attend to the last `window` positions only (0: all)
   std::vector<int> layer_rope;    // per layer: index of its rope table
-  KVType kv_type = KVType::F32;   // the KV cache's elements (fp16 halves its size and the bytes attention reads)
+  // the KV cache's elements (fp16 halves its size and the bytes attention reads)
+  KVType kv_type = KVType::F32;
 };
 
-// A weight matrix [n, k] packed in panels (kernels.h), k padded to kp; optional bias [n] zero padded to a panel.
+// A weight matrix [n, k] packed in panels (kernels.h), k padded to kp; optional bias [n] zero
+// padded to a panel.
 struct Matrix {
   void* w = nullptr;  // the packed panels, in the model's weight space
   Buffer bias;
@@ -47,31 +51,36 @@ struct Matrix {
 };
 
 struct Layer {
-  Buffer attn_norm, mlp_norm;  // [n_embd] float
-  Buffer q_norm, k_norm;       // [head_dim] float, with Config::qk_norm
+  Buffer attn_norm, mlp_norm;            // [n_embd] float
+  Buffer q_norm, k_norm;                 // [head_dim] float, with Config::qk_norm
   Buffer post_attn_norm, post_mlp_norm;  // [n_embd] float, with Config::post_norms
   Matrix wq, wk, wv, wo, wgate, wup, wdown;
 };
 
 class Model {
  public:
-  // rope_cos/sin: n_rope tables of [max_cache_len, rope_dim / 2], the model's own (scaling types applied).
-  Model(const Config& cfg, int n_rope, const float* rope_cos, const float* rope_sin, int max_cache_len, int n_slots,
-        int max_step_tokens, int max_out_rows, int n_threads, const std::string& isa);
+  // rope_cos/sin: n_rope tables of [max_cache_len, rope_dim / 2], the model's own (scaling types
+  // applied).
+  Model(const Config& cfg, int n_rope, const float* rope_cos, const float* rope_sin,
+        int max_cache_len, int n_slots, int max_step_tokens, int max_out_rows, int n_threads,
+        const std::string& isa);
 
   // name: embed, lm_head, norm,
   //       layers.<i>.<attn_norm|q|k|v|o|mlp_norm|gate|up|down|q_norm|k_norm|post_attn_norm|post_mlp_norm>
-  void set_matrix(const std::string& name, const void* data, WType type, int n, int k, const float* bias);
+  void set_matrix(const std::string& name, const void* data, WType type, int n, int k,
+                  const float* bias);
   void set_norm(const std::string& name, const float* data, int n);
-  void check_complete();  // throws std::runtime_error naming a missing weight; else the model can step
+  void
+  check_complete();  // throws std::runtime_error naming a missing weight; else the model can step
 
-  // Runs one step over T tokens: token t of sequence slots[t] at position positions[t]. Logits are computed
-  // for the R tokens listed in out_rows (indices into the T tokens), argmax written to argmax[R]. Throws
-  // std::runtime_error while a weight is missing. Steps and weight loads are serialised (one mutex): calls from
-  // several threads never share the scratch; the logits a step leaves are valid until the next step, so a caller
-  // that reads them must hold its own lock across the step and the read.
-  void step(const int32_t* tokens, const int32_t* slots, const int32_t* positions, int T, const int32_t* out_rows,
-            int R, int32_t* argmax);
+  // Runs one step over T tokens: token t of sequence slots[t] at position positions[t]. Logits are
+  // computed for the R tokens listed in out_rows (indices into the T tokens), argmax written to
+  // argmax[R]. Throws std::runtime_error while a weight is missing. Steps and weight loads are
+  // serialised (one mutex): calls from several threads never share the scratch; the logits a step
+  // leaves are valid until the next step, so a caller that reads them must hold its own lock across
+  // the step and the read.
+  void step(const int32_t* tokens, const int32_t* slots, const int32_t* positions, int T,
+            const int32_t* out_rows, int R, int32_t* argmax);
 
   const float* logits() const { return logits_.as<float>(); }  // [R, vocab_stride]
   int vocab_stride() const { return pad_to(cfg_.vocab); }
@@ -85,40 +94,46 @@ class Model {
   size_t weight_bytes_per_token() const;  // bytes of weights one generated token reads
 
  private:
-  // Columns [c0, c1) of the RMSNorm of one row of the residual stream (n_embd values) with weights w, written to
-  // out or, with add, added to it.
-  void norm_part(const float* x, const Buffer& w, float* out, int c0, int c1, bool add = false) const;
-  // The residual add of a block's output projection: x += in m^T, or with post norms x += RMSNorm(in m^T) * w.
-  // Ends with the rows of x complete (post norms with at least as many tokens as threads: only this thread's
-  // share of the rows, as for_pieces deals them).
-  void add_residual(const Matrix& m, const float* in, int ldin, const Buffer& post_norm, int T, int tid);
+  // Columns [c0, c1) of the RMSNorm of one row of the residual stream (n_embd values) with weights
+  // w, written to out or, with add, added to it.
+  void norm_part(const float* x, const Buffer& w, float* out, int c0, int c1,
+                 bool add = false) const;
+  // The residual add of a block's output projection: x += in m^T, or with post norms x +=
+  // RMSNorm(in m^T) * w. Ends with the rows of x complete (post norms with at least as many tokens
+  // as threads: only this thread's share of the rows, as for_pieces deals them).
+  void add_residual(const Matrix& m, const float* in, int ldin, const Buffer& post_norm, int T,
+                    int tid);
   void rope_and_cache(int layer, const int32_t* slots, const int32_t* positions, int T, int tid);
-  // This thread's part of the attention of layer l (query heads in qh_, keys and values in the cache) into att_.
+  // This thread's part of the attention of layer l (query heads in qh_, keys and values in the
+  // cache) into att_.
   void attention(int l, const int32_t* slots, const int32_t* positions, int blocks, int tid);
-  char* cache_head(Buffer& cache, int slot, int layer, int kv_head) const;  // K: panels; V: [pos][hdp]
+  char* cache_head(Buffer& cache, int slot, int layer,
+                   int kv_head) const;  // K: panels; V: [pos][hdp]
   size_t kv_bytes() const { return cfg_.kv_type == KVType::F16 ? 2 : 4; }  // per cache element
   // Writes hd floats into the cache at dst (element stride `stride`), in the cache's element type.
   void store_kv(const float* x, char* dst, int stride) const;
-  // Quantizes columns [c0, c1) (whole blocks) of row t of x into qx_ when `m` takes quantized activations.
+  // Quantizes columns [c0, c1) (whole blocks) of row t of x into qx_ when `m` takes quantized
+  // activations.
   void quantize_part(const Matrix& m, const float* x, int ldx, int t, int c0, int c1);
-  // This thread's part of y = x w^T for `rows` rows (its share of the panels, then what it takes of the others'
-  // unfinished shares). A quantized matrix reads the rows quantize_part wrote.
-  void matmul_part(const Matrix& m, const float* x, int rows, int ldx, float* y, int ldy, bool accumulate, int tid);
+  // This thread's part of y = x w^T for `rows` rows (its share of the panels, then what it takes of
+  // the others' unfinished shares). A quantized matrix reads the rows quantize_part wrote.
+  void matmul_part(const Matrix& m, const float* x, int rows, int ldx, float* y, int ldy,
+                   bool accumulate, int tid);
 
   void check_complete_locked();
 
   Config cfg_;
   const Kernels* kern_;
-  std::mutex mu_;           // held by step, set_matrix, set_norm and check_complete
-  bool complete_ = false;   // check_complete passed since the last weight was set
+  std::mutex mu_;          // held by step, set_matrix, set_norm and check_complete
+  bool complete_ = false;  // check_complete passed since the last weight was set
   int max_cache_, n_slots_, max_step_, max_rows_;
   int hdp_, ep_, qp_, kvp_, fp_;  // padded strides: head_dim, n_embd, q_dim, kv_dim, n_ff
   ThreadPool pool_;
 
-  // Zeroed space for packed weights, 64-byte aligned, from chunks of 64 MB or more in transparent huge pages: a
-  // step streams every matrix, and with 4 KB pages each of a tile's panel streams crosses a page (a TLB miss)
-  // every few KB. A 1-token step on 2 threads (alternating A/B per step, medians): int4 -8%, balanced -6%, bf16
-  // -9%. Space is not reused: loading a matrix again (not done) would leave its old panels behind.
+  // Zeroed space for packed weights, 64-byte aligned, from chunks of 64 MB or more in transparent
+  // huge pages: a step streams every matrix, and with 4 KB pages each of a tile's panel streams
+  // crosses a page (a TLB miss) every few KB (perf-notes #7). Space is not reused: loading a matrix
+  // again (not done) would leave its old panels behind.
   void* weight_space(size_t bytes);
   std::vector<Buffer> weight_chunks_;
   size_t chunk_used_ = 0;
@@ -126,19 +141,23 @@ class Model {
   Matrix embed_, lm_head_;
   Buffer final_norm_;
   std::vector<Layer> layers_;
-  int rope_half_;                // rope_dim / 2
+  int rope_half_;               // rope_dim / 2
   Buffer rope_cos_, rope_sin_;  // [n_rope][max_cache][rope_half]
-  Buffer cache_k_, cache_v_;  // [slot][layer][kv_head] x (K: [pos/16][hdp][16] panels, V: [pos][hdp]) of kv_type
+  Buffer cache_k_,
+      cache_v_;  // [slot][layer][kv_head] x (K: [pos/16][hdp][16] panels, V: [pos][hdp]) of kv_type
 
   // scratch, [max_step, stride]
   Buffer x_, xn_, q_, k_, v_, qh_, att_, gate_, up_;
-  Buffer qx_, qd_, qdsum_;  // quantized activations: [max_step, max kp] int8, [max_step, max kp / kQBlock] x2
+  Buffer qx_, qd_,
+      qdsum_;  // quantized activations: [max_step, max kp] int8, [max_step, max kp / kQBlock] x2
   Buffer logits_;  // [max_out_rows, vocab_stride]
-  Buffer scores_, head_out_;  // two per thread: [kMaxAttendRows][pad(max_cache)], [kMaxAttendRows][hdp]
+  Buffer scores_,
+      head_out_;  // two per thread: [kMaxAttendRows][pad(max_cache)], [kMaxAttendRows][hdp]
   std::vector<int> attend_runs_;  // the step's runs of tokens attended together: starts, then T
-  // Matmuls hand their panels out in chunks: the i-th matmul of a step has one counter per thread's share
-  // (next_panel_[i * threads + share]: panels claimed of that share), and each thread counts the matmuls it has
-  // entered (all threads enter the same ones, in the same order). Reset at the start of every step.
+  // Matmuls hand their panels out in chunks: the i-th matmul of a step has one counter per thread's
+  // share (next_panel_[i * threads + share]: panels claimed of that share), and each thread counts
+  // the matmuls it has entered (all threads enter the same ones, in the same order). Reset at the
+  // start of every step.
   struct alignas(64) Counter {
     std::atomic<int> value{0};
   };

@@ -18,10 +18,9 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-// The sum of n floats (n a multiple of kReadStreams * 32), read as kReadStreams contiguous parts side by side: the
-// hardware prefetcher follows each part, and more streams in flight read faster than one, as the GEMV's panel
-// streams do (streaming_tiles). Medians of 5 probes of 512 MB, 1 and 2 threads: one stream 18.0 and 28.1 GB/s,
-// 4 streams 20.5 and 29.2, 8 streams 20.3 and 30.8.
+// The sum of n floats (n a multiple of kReadStreams * 32), read as kReadStreams contiguous parts
+// side by side: the hardware prefetcher follows each part, and more streams in flight read faster
+// than one, as the GEMV's panel streams do (streaming_tiles; perf-notes #5).
 constexpr int kReadStreams = 8;
 
 __attribute__((target("avx2"))) float sum_avx2(const float* p, size_t n) {
@@ -62,9 +61,9 @@ __attribute__((target("avx2,fma"))) float fma_loop_avx2(long iters) {
   return out[0];
 }
 
-// Integer multiply-accumulates of u8 x s8 as the quantized kernels do them, 12 independent accumulators: AVX2
-// vpmaddubsw + vpaddw (32 MACs per pair, int16 sums), AVX-512 VNNI vpdpbusd (64 MACs, int32 sums). Eight chains:
-// with more, GCC spills the AVX2 accumulators.
+// Integer multiply-accumulates of u8 x s8 as the quantized kernels do them, 12 independent
+// accumulators: AVX2 vpmaddubsw + vpaddw (32 MACs per pair, int16 sums), AVX-512 VNNI vpdpbusd (64
+// MACs, int32 sums). Eight chains: with more, GCC spills the AVX2 accumulators.
 constexpr int kIntChains = 8;
 
 __attribute__((target("avx2"))) int int8_loop_avx2(long iters) {
@@ -128,8 +127,9 @@ double measure_read_bandwidth(size_t bytes, int n_threads, int repeats) {
 
 namespace {
 
-// Best rate, in G operations per second, of every thread of an n_threads pool running `loop` (which does
-// `ops` operations and returns a value kept from the optimizer), over 5 runs: the machine may be shared.
+// Best rate, in G operations per second, of every thread of an n_threads pool running `loop` (which
+// does `ops` operations and returns a value kept from the optimizer), over 5 runs: the machine may
+// be shared.
 template <class Loop>
 double best_rate(int n_threads, double ops, const Loop& loop) {
   ThreadPool pool(n_threads);

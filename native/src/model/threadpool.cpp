@@ -16,8 +16,8 @@ namespace kwker {
 namespace {
 
 // Every thread computes a step in the default floating-point environment (round to nearest even, no
-// flush-to-zero): the caller's thread may have another (torch.set_flush_denormal sets FTZ/DAZ), and the
-// kernels' bits must not depend on which thread, or whose caller, computes a value.
+// flush-to-zero): the caller's thread may have another (torch.set_flush_denormal sets FTZ/DAZ), and
+// the kernels' bits must not depend on which thread, or whose caller, computes a value.
 class DefaultFpEnv {
  public:
 #if defined(__x86_64__) || defined(__i386__)
@@ -25,22 +25,25 @@ class DefaultFpEnv {
   ~DefaultFpEnv() { _mm_setcsr(saved_); }
 
  private:
-  static constexpr unsigned kDefault = 0x1f80;  // all exceptions masked, round to nearest, no FTZ/DAZ
+  // all exceptions masked, round to nearest, no FTZ/DAZ
+  static constexpr unsigned kDefault = 0x1f80;
   unsigned saved_;
 #endif
 };
 
-// How long an idle worker spins before it sleeps: long enough to bridge the Python work between two steps.
+// How long an idle worker spins before it sleeps: long enough to bridge the Python work between two
+// steps.
 constexpr auto kSpinTime = std::chrono::milliseconds(2);
 }  // namespace
 
 ThreadPool::ThreadPool(int n_threads) : n_(n_threads) {
   if (n_threads < 1 || n_threads > kMaxThreads)
-    throw std::invalid_argument("threads must be between 1 and " + std::to_string(kMaxThreads) + ", got " +
-                                std::to_string(n_threads));
+    throw std::invalid_argument("threads must be between 1 and " + std::to_string(kMaxThreads) +
+                                ", got " + std::to_string(n_threads));
   try {
     for (int t = 1; t < n_; t++) threads_.emplace_back([this, t] { worker(t); });
-  } catch (...) {  // the destructor does not run for a half-built pool: stop the workers that did start
+  } catch (
+      ...) {  // the destructor does not run for a half-built pool: stop the workers that did start
     stop_and_join();
     throw;
   }
