@@ -45,7 +45,9 @@ def main(out: Path) -> int:
     win = MainWindow(store)
     win.show()
     wait(lambda: win.model_info is not None)
-    win.send("Write a Python function that checks whether a number is prime, then explain it briefly.")
+    win.send(
+        "Write a Python function that checks whether a number is prime, then explain it briefly."
+    )
     wait(lambda: len(win.stream_text) > 150)
     win.grab().save(str(out / "streaming-stats.png"))
     wait(lambda: not win.generating)

@@ -48,7 +48,9 @@ class _StaticCacheForward(torch.nn.Module):
             if isinstance(layer, StaticSlidingWindowLayer):
                 self.cache.layers[i] = StaticLayer(max_cache_len)
         heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
-        head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+        head_dim = (
+            getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+        )
         self.cache.early_initialization(1, heads, head_dim, model.dtype, torch.device("cpu"))
         for i, layer in enumerate(self.cache.layers):
             self.register_buffer(f"keys_{i}", layer.keys, persistent=False)
@@ -58,8 +60,13 @@ class _StaticCacheForward(torch.nn.Module):
     def forward(self, input_ids, cache_position):
         for layer in self.cache.layers:
             layer.cumulative_length.copy_(cache_position[0])
-        out = self.model(input_ids=input_ids, cache=self.cache, cache_position=cache_position,
-                         position_ids=cache_position[None], use_cache=True)
+        out = self.model(
+            input_ids=input_ids,
+            cache=self.cache,
+            cache_position=cache_position,
+            position_ids=cache_position[None],
+            use_cache=True,
+        )
         return out.logits.float()
 
 
@@ -75,9 +82,16 @@ def weights_hash(model) -> str:
 def package_key(model, max_cache_len: int, max_step_tokens: int) -> str:
     import transformers
 
-    desc = {"class": type(model).__name__, "config": model.config.to_json_string(use_diff=False),
-            "weights": weights_hash(model), "max_cache_len": max_cache_len, "max_step_tokens": max_step_tokens,
-            "torch": torch.__version__, "transformers": transformers.__version__, "format": 1}
+    desc = {
+        "class": type(model).__name__,
+        "config": model.config.to_json_string(use_diff=False),
+        "weights": weights_hash(model),
+        "max_cache_len": max_cache_len,
+        "max_step_tokens": max_step_tokens,
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "format": 1,
+    }
     return hashlib.blake2b(json.dumps(desc, sort_keys=True).encode(), digest_size=16).hexdigest()
 
 
@@ -88,8 +102,12 @@ def compile_package(model, max_cache_len: int, max_step_tokens: int, path: Path)
     tokens = torch.export.Dim("tokens", min=1, max=max_step_tokens) if max_step_tokens > 1 else None
     shapes = ({1: tokens}, {0: tokens}) if tokens is not None else None
     with torch.no_grad():
-        program = torch.export.export(module, (torch.zeros((1, n), dtype=torch.long), torch.arange(n)),
-                                      dynamic_shapes=shapes, strict=True)
+        program = torch.export.export(
+            module,
+            (torch.zeros((1, n), dtype=torch.long), torch.arange(n)),
+            dynamic_shapes=shapes,
+            strict=True,
+        )
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(suffix=".pt2", dir=path.parent)
         os.close(fd)
@@ -112,7 +130,9 @@ class CompiledStep:
         self.max_out_rows = min(DEFAULT_LOGIT_ROWS, max_step_tokens)
         self.n_slots = 1
         self.weight_bytes_per_token = sum(p.numel() * p.element_size() for p in model.parameters())
-        self.path = (folder or cache_dir() / "compiled") / f"{package_key(model, max_cache_len, max_step_tokens)}.pt2"
+        self.path = (
+            folder or cache_dir() / "compiled"
+        ) / f"{package_key(model, max_cache_len, max_step_tokens)}.pt2"
         self.compiled_now = not self.path.exists()
         started = time.perf_counter()
         if self.compiled_now:
@@ -130,13 +150,23 @@ class CompiledStep:
         T = len(tokens)
         if np.any(np.asarray(slots) != 0):
             raise ValueError("a compiled Decoder runs one sequence (slot 0)")
-        if T < 1 or T > self.max_step_tokens or not np.array_equal(positions, np.arange(positions[0], positions[0] + T)):
-            raise ValueError(f"a step takes 1..{self.max_step_tokens} tokens at consecutive positions")
+        if (
+            T < 1
+            or T > self.max_step_tokens
+            or not np.array_equal(positions, np.arange(positions[0], positions[0] + T))
+        ):
+            raise ValueError(
+                f"a step takes 1..{self.max_step_tokens} tokens at consecutive positions"
+            )
         if positions[0] < 0 or positions[-1] >= self.max_cache_len:
-            raise ValueError(f"positions {positions[0]}..{positions[-1]} outside the cache of {self.max_cache_len}")
+            raise ValueError(
+                f"positions {positions[0]}..{positions[-1]} outside the cache of {self.max_cache_len}"
+            )
         with torch.no_grad():
-            logits = self._program(torch.from_numpy(tokens.astype(np.int64))[None],
-                                   torch.from_numpy(positions.astype(np.int64)))
+            logits = self._program(
+                torch.from_numpy(tokens.astype(np.int64))[None],
+                torch.from_numpy(positions.astype(np.int64)),
+            )
         self._logits = logits[0, torch.from_numpy(np.asarray(out_rows, dtype=np.int64))]
         return self._logits.argmax(dim=-1).numpy().astype(np.int32)
 
@@ -149,25 +179,51 @@ class Decoder(StepDecoder):
     the model's own forward compiled ahead of time (see the module's doc). `compiled_now` says
     whether this construction compiled (False: loaded from the disk cache)."""
 
-    def __init__(self, model, max_cache_len: int, precision: str | None = None, max_batch: int = 1,
-                 max_step_tokens: int = DEFAULT_STEP_TOKENS, tokenizer=None, cache_folder: str | os.PathLike | None = None):
-        if not isinstance(max_cache_len, int) or isinstance(max_cache_len, bool) or max_cache_len < 1:
+    def __init__(
+        self,
+        model,
+        max_cache_len: int,
+        precision: str | None = None,
+        max_batch: int = 1,
+        max_step_tokens: int = DEFAULT_STEP_TOKENS,
+        tokenizer=None,
+        cache_folder: str | os.PathLike | None = None,
+    ):
+        if (
+            not isinstance(max_cache_len, int)
+            or isinstance(max_cache_len, bool)
+            or max_cache_len < 1
+        ):
             raise ValueError(f"max_cache_len must be a positive integer, got {max_cache_len!r}")
-        limit = getattr(model.config, "max_position_embeddings", None) or getattr(model.config, "n_positions", None)
+        limit = getattr(model.config, "max_position_embeddings", None) or getattr(
+            model.config, "n_positions", None
+        )
         if limit is not None and max_cache_len > limit:
-            raise ValueError(f"max_cache_len {max_cache_len} is longer than the model's {limit} positions")
+            raise ValueError(
+                f"max_cache_len {max_cache_len} is longer than the model's {limit} positions"
+            )
         if max_batch != 1:
-            raise ValueError(f"a compiled Decoder runs one sequence at a time (max_batch=1), got {max_batch!r}")
+            raise ValueError(
+                f"a compiled Decoder runs one sequence at a time (max_batch=1), got {max_batch!r}"
+            )
         dtype = next(model.parameters()).dtype
         own = own_precision(dtype)
         if own is None:
-            raise ValueError(f"weights of dtype {dtype} are not supported (float32, bfloat16, float16)")
+            raise ValueError(
+                f"weights of dtype {dtype} are not supported (float32, bfloat16, float16)"
+            )
         precision = canonical(precision)
         if precision not in (None, own):
-            raise ValueError(f"a compiled Decoder runs the model's own precision ({own!r}), got {precision!r}; "
-                             f"convert the model first (model.to(torch.bfloat16))")
-        step = CompiledStep(model.eval(), max_cache_len, min(max_step_tokens, max_cache_len),
-                            None if cache_folder is None else Path(cache_folder))
+            raise ValueError(
+                f"a compiled Decoder runs the model's own precision ({own!r}), got {precision!r}; "
+                f"convert the model first (model.to(torch.bfloat16))"
+            )
+        step = CompiledStep(
+            model.eval(),
+            max_cache_len,
+            min(max_step_tokens, max_cache_len),
+            None if cache_folder is None else Path(cache_folder),
+        )
         self.compiled_now = step.compiled_now
         self.build_seconds = step.build_seconds
         super().__init__(model, step, own, tokenizer)

@@ -59,8 +59,10 @@ def runner_unsupported(model, max_cache_len: int) -> str | None:
     family = family_for(model)
     if family is None:
         model_type = getattr(getattr(model, "config", None), "model_type", None)
-        return (f"model type {model_type!r} ({type(model).__name__}) is not supported natively (supported: "
-                f"{', '.join(supported_model_types())}); kwker.compiled.Decoder runs any causal LM")
+        return (
+            f"model type {model_type!r} ({type(model).__name__}) is not supported natively (supported: "
+            f"{', '.join(supported_model_types())}); kwker.compiled.Decoder runs any causal LM"
+        )
     return family.unsupported(model, max_cache_len)
 
 
@@ -75,15 +77,25 @@ def _to_native_array(t: torch.Tensor, fmt: str) -> np.ndarray:
 
 
 class KwkDecoder(StepDecoder):
-    def __init__(self, model, max_cache_len: int, precision: str | None = None, threads: int | None = None,
-                 max_batch: int = 1, max_step_tokens: int = DEFAULT_STEP_TOKENS, tokenizer=None,
-                 kv_cache: str | None = None):
+    def __init__(
+        self,
+        model,
+        max_cache_len: int,
+        precision: str | None = None,
+        threads: int | None = None,
+        max_batch: int = 1,
+        max_step_tokens: int = DEFAULT_STEP_TOKENS,
+        tokenizer=None,
+        kv_cache: str | None = None,
+    ):
         reason = runner_unsupported(model, max_cache_len)
         if reason is not None:
             raise ValueError(f"KwkDecoder cannot run {type(model).__name__}: {reason}")
         if not decoder_available():
-            raise RuntimeError(f"this CPU has no supported SIMD kernels (best: {_native.isa_best()}); "
-                               "KwkDecoder needs AVX2+FMA+F16C or AVX-512")
+            raise RuntimeError(
+                f"this CPU has no supported SIMD kernels (best: {_native.isa_best()}); "
+                "KwkDecoder needs AVX2+FMA+F16C or AVX-512"
+            )
         precision = checked(precision)
         if threads is not None and (not isinstance(threads, int) or threads < 1):
             raise ValueError(f"threads must be a positive integer, got {threads!r}")
@@ -100,24 +112,43 @@ class KwkDecoder(StepDecoder):
         self.kv_cache = kv_cache or ("fp32" if precision == "fp32" else "fp16")
         cfg["kv_f16"] = self.kv_cache == "fp16"
         cos, sin = family.rope_tables(model, max_cache_len)
-        cfg["rope_dim"] = 2 * cos.shape[-1]  # the table's width: partial rotary models rotate fewer dims
-        step = _native.Model(cfg, cos.numpy(), sin.numpy(), max_cache_len, max_batch,
-                             min(max_step_tokens, max_cache_len), DEFAULT_LOGIT_ROWS, threads or default_threads(),
-                             best_isa())
+        cfg["rope_dim"] = (
+            2 * cos.shape[-1]
+        )  # the table's width: partial rotary models rotate fewer dims
+        step = _native.Model(
+            cfg,
+            cos.numpy(),
+            sin.numpy(),
+            max_cache_len,
+            max_batch,
+            min(max_step_tokens, max_cache_len),
+            DEFAULT_LOGIT_ROWS,
+            threads or default_threads(),
+            best_isa(),
+        )
         with torch.no_grad():
             for name, w, bias in family.weights(model):
                 if w.dim() == 1:
                     step.set_norm(name, w.detach().float().numpy())
                 else:
                     fmt = embed_fmt if name in ("embed", "lm_head") else matrix_fmt
-                    step.set_matrix(name, _to_native_array(w, fmt), getattr(_native.WType, fmt),
-                                    None if bias is None else bias.numpy())
+                    step.set_matrix(
+                        name,
+                        _to_native_array(w, fmt),
+                        getattr(_native.WType, fmt),
+                        None if bias is None else bias.numpy(),
+                    )
         step.check_complete()
         super().__init__(model, step, precision, tokenizer)
 
 
-def install(model, max_cache_len: int = 2048, precision: str | None = None,
-            threads: int | None = None, draft=None):
+def install(
+    model,
+    max_cache_len: int = 2048,
+    precision: str | None = None,
+    threads: int | None = None,
+    draft=None,
+):
     """Routes model.generate through a KwkDecoder built now (raises ValueError if the model cannot
     run); see kwker.hf_generate. uninstall(model) undoes it.
 

@@ -32,8 +32,10 @@ def token_ids(input_ids, vocab_size: int) -> list[int]:
     elif isinstance(input_ids, (list, tuple)):
         ids = _list_ids(input_ids)
     else:
-        raise TypeError("input_ids must be a torch tensor or a list of token ids, got "
-                        f"{type(input_ids).__name__}")
+        raise TypeError(
+            "input_ids must be a torch tensor or a list of token ids, got "
+            f"{type(input_ids).__name__}"
+        )
     if not ids:
         raise ValueError("input_ids is empty: the prompt needs at least one token")
     bad = [t for t in ids if not 0 <= t < vocab_size]
@@ -44,12 +46,16 @@ def token_ids(input_ids, vocab_size: int) -> list[int]:
 
 def _tensor_ids(t: torch.Tensor) -> list[int]:
     if t.dtype not in ID_DTYPES:
-        raise TypeError("input_ids must be an integer tensor of dtype torch.int32 or torch.int64, "
-                        f"got {t.dtype}")
+        raise TypeError(
+            "input_ids must be an integer tensor of dtype torch.int32 or torch.int64, "
+            f"got {t.dtype}"
+        )
     if t.dim() == 2:
         if t.shape[0] != 1:
-            raise ValueError(f"generate takes one sequence (input_ids of shape (1, T)), got shape "
-                             f"{tuple(t.shape)}; use generate_batch for several")
+            raise ValueError(
+                f"generate takes one sequence (input_ids of shape (1, T)), got shape "
+                f"{tuple(t.shape)}; use generate_batch for several"
+            )
         t = t[0]
     elif t.dim() != 1:
         raise ValueError(f"input_ids must have shape (1, T) or (T,), got {tuple(t.shape)}")
@@ -113,7 +119,8 @@ class StepDecoder:
             raise ValueError(f"start must be a non-negative integer, got {start!r}")
         if start + len(ids) > self.max_cache_len:
             raise ValueError(
-                f"{start} + {len(ids)} tokens exceed max_cache_len {self.max_cache_len}")
+                f"{start} + {len(ids)} tokens exceed max_cache_len {self.max_cache_len}"
+            )
         runner = self.runner
         with runner.hold():
             slot = runner.acquire(0)
@@ -147,8 +154,9 @@ class StepDecoder:
             return [int(eos_token_id)]
         return [int(t) for t in eos_token_id]
 
-    def stream_generate(self, input_ids, max_new_tokens: int = 20, *, tokenizer=None,
-                        **options) -> Iterator[GenerationChunk]:
+    def stream_generate(
+        self, input_ids, max_new_tokens: int = 20, *, tokenizer=None, **options
+    ) -> Iterator[GenerationChunk]:
         """Yields one GenerationChunk per new token. Closing the generator stops generation; the
         KV cache keeps everything verified so far, so the next call continues from it. From its
         first step to its end (or close) the stream holds the decoder: other threads' calls wait.
@@ -158,27 +166,48 @@ class StepDecoder:
         step by prompt lookup (default 8, 0 turns it off); draft= a KwkDecoder of a small model
         with the same tokenizer proposes too: each step takes the source that expects more tokens
         per unit of time (the draft where lookup finds nothing). Neither changes the output."""
-        seq = self.new_sequence(self.token_ids(input_ids), max_new_tokens, tokenizer=tokenizer,
-                                costs=self._solo_costs, **options)
+        seq = self.new_sequence(
+            self.token_ids(input_ids),
+            max_new_tokens,
+            tokenizer=tokenizer,
+            costs=self._solo_costs,
+            **options,
+        )
         return self._drive(seq)
 
-    def new_sequence(self, prompt: list[int], max_new_tokens: int, *, do_sample: bool = False,
-                     temperature: float | None = None, top_k: int | None = None,
-                     top_p: float | None = None, min_p: float | None = None,
-                     repetition_penalty: float | None = None, min_new_tokens: int = 0,
-                     eos_token_id: int | list[int] | None = None,
-                     generator: torch.Generator | None = None, lookup: int = 8,
-                     draft: StepDecoder | None = None, tokenizer=None,
-                     costs: StepCosts | None = None) -> SequenceState:
+    def new_sequence(
+        self,
+        prompt: list[int],
+        max_new_tokens: int,
+        *,
+        do_sample: bool = False,
+        temperature: float | None = None,
+        top_k: int | None = None,
+        top_p: float | None = None,
+        min_p: float | None = None,
+        repetition_penalty: float | None = None,
+        min_new_tokens: int = 0,
+        eos_token_id: int | list[int] | None = None,
+        generator: torch.Generator | None = None,
+        lookup: int = 8,
+        draft: StepDecoder | None = None,
+        tokenizer=None,
+        costs: StepCosts | None = None,
+    ) -> SequenceState:
         """A validated sequence to generate (raises ValueError/TypeError on bad options). costs:
         what earlier sequences measured, shared with this one's speculation (see StepCosts)."""
-        if not isinstance(max_new_tokens, int) or isinstance(max_new_tokens, bool) or \
-                max_new_tokens < 1:
+        if (
+            not isinstance(max_new_tokens, int)
+            or isinstance(max_new_tokens, bool)
+            or max_new_tokens < 1
+        ):
             raise ValueError(f"max_new_tokens must be a positive integer, got {max_new_tokens!r}")
         total = len(prompt) + max_new_tokens
         if total > self.max_cache_len:
-            raise ValueError(f"prompt of {len(prompt)} tokens + max_new_tokens {max_new_tokens} = "
-                             f"{total} tokens exceeds max_cache_len {self.max_cache_len}")
+            raise ValueError(
+                f"prompt of {len(prompt)} tokens + max_new_tokens {max_new_tokens} = "
+                f"{total} tokens exceeds max_cache_len {self.max_cache_len}"
+            )
         if not isinstance(lookup, int) or isinstance(lookup, bool) or lookup < 0:
             raise ValueError(f"lookup must be a non-negative integer, got {lookup!r}")
         if draft is not None:
@@ -194,9 +223,12 @@ class StepDecoder:
             eos_token_ids=self._eos_ids(eos_token_id),
         )
         sampler = Sampler(params, len(prompt), generator)  # validates the options
-        spec = Speculator(LookupProposer() if lookup > 0 else None,
-                          DraftProposer(draft) if draft is not None else None,
-                          lookup_max=max(lookup, 1), costs=costs)
+        spec = Speculator(
+            LookupProposer() if lookup > 0 else None,
+            DraftProposer(draft) if draft is not None else None,
+            lookup_max=max(lookup, 1),
+            costs=costs,
+        )
         return SequenceState(prompt, max_new_tokens, sampler, spec, tokenizer)
 
     def check_draft(self, draft: StepDecoder) -> None:
@@ -205,8 +237,10 @@ class StepDecoder:
         if not isinstance(draft, StepDecoder):
             raise TypeError(f"draft must be a KwkDecoder, got {type(draft).__name__}")
         if draft is self:
-            raise ValueError("a decoder cannot draft for itself (its one cache holds the text "
-                             "being verified); use a second decoder of the same model")
+            raise ValueError(
+                "a decoder cannot draft for itself (its one cache holds the text "
+                "being verified); use a second decoder of the same model"
+            )
         problems = []
         if self.vocab_size != draft.vocab_size:
             problems.append(f"vocabulary sizes differ ({self.vocab_size} vs {draft.vocab_size})")
@@ -214,12 +248,16 @@ class StepDecoder:
             mine, theirs = getattr(self.config, attr, None), getattr(draft.config, attr, None)
             if mine != theirs:
                 problems.append(f"{attr} differs ({mine} vs {theirs})")
-        if self.tokenizer is not None and draft.tokenizer is not None and \
-                self.tokenizer.get_vocab() != draft.tokenizer.get_vocab():
+        if (
+            self.tokenizer is not None
+            and draft.tokenizer is not None
+            and self.tokenizer.get_vocab() != draft.tokenizer.get_vocab()
+        ):
             problems.append("the tokenizers' vocabularies differ")
         if problems:
-            raise ValueError("the draft model does not share the target's tokenizer: "
-                             + "; ".join(problems))
+            raise ValueError(
+                "the draft model does not share the target's tokenizer: " + "; ".join(problems)
+            )
 
     def _drive(self, seq: SequenceState) -> Iterator[GenerationChunk]:
         """Runs one sequence in slot 0 (whose cache keeps the previous call's text, for reuse) to
@@ -237,8 +275,16 @@ class StepDecoder:
             finally:
                 scheduler.close()
 
-    def generate_batch(self, prompts, max_new_tokens: int = 20, *, generator=None, tokenizer=None,
-                       prefill_chunk: int = DEFAULT_PREFILL_CHUNK, **options) -> list[torch.Tensor]:
+    def generate_batch(
+        self,
+        prompts,
+        max_new_tokens: int = 20,
+        *,
+        generator=None,
+        tokenizer=None,
+        prefill_chunk: int = DEFAULT_PREFILL_CHUNK,
+        **options,
+    ) -> list[torch.Tensor]:
         """Several prompts decoded together, up to max_batch per step; each gets exactly the tokens
         it gets alone. Returns a list of 1-D tensors (prompt + new tokens), in the prompts' order.
         Options as for generate; for sampling, generator= takes a list with one generator per
@@ -247,16 +293,20 @@ class StepDecoder:
             prompts = list(prompts)
         prompts = [self.token_ids(p) for p in prompts]
         if isinstance(generator, torch.Generator) and len(prompts) > 1:
-            raise ValueError("pass one generator per prompt (a list), so that each sequence "
-                             "samples what it would alone")
+            raise ValueError(
+                "pass one generator per prompt (a list), so that each sequence "
+                "samples what it would alone"
+            )
         if isinstance(generator, (list, tuple)):
             generators = list(generator)
         else:
             generators = [generator] * len(prompts)
         if len(generators) != len(prompts):
             raise ValueError(f"{len(generators)} generators for {len(prompts)} prompts")
-        seqs = [self.new_sequence(p, max_new_tokens, generator=g, tokenizer=tokenizer, **options)
-                for p, g in zip(prompts, generators, strict=True)]
+        seqs = [
+            self.new_sequence(p, max_new_tokens, generator=g, tokenizer=tokenizer, **options)
+            for p, g in zip(prompts, generators, strict=True)
+        ]
         with self.runner.hold():
             Scheduler(self.runner, prefill_chunk).run(seqs)
         return [torch.tensor(seq.tokens, dtype=torch.long) for seq in seqs]

@@ -31,13 +31,19 @@ def attach(model, decoder, draft=None):
     model._kwker_decoder = decoder
     model._kwker_original_generate = original
     model._kwker_fallback = None
-    vars(model)["_kwker_draft"] = draft  # not an nn.Module attribute: the draft must not become a submodule
+    vars(model)["_kwker_draft"] = (
+        draft  # not an nn.Module attribute: the draft must not become a submodule
+    )
 
     @functools.wraps(original)
     def generate(*args, **kwargs):
         greedy = not kwargs.get("do_sample", getattr(model.generation_config, "do_sample", False))
-        if draft is not None and greedy and kwargs.get("assistant_model") is None and \
-                not kwargs.get("prompt_lookup_num_tokens"):
+        if (
+            draft is not None
+            and greedy
+            and kwargs.get("assistant_model") is None
+            and not kwargs.get("prompt_lookup_num_tokens")
+        ):
             kwargs["assistant_model"] = draft
         reason = _fallback_reason(model, decoder, args, kwargs)
         model._kwker_fallback = reason
@@ -90,7 +96,9 @@ def _fallback_reason(model, decoder, args, kwargs) -> str | None:
 
 @contextlib.contextmanager
 def _native_forward(model, decoder):
-    cache_field = "cache" if "cache" in CausalLMOutputWithPast.__dataclass_fields__ else "past_key_values"
+    cache_field = (
+        "cache" if "cache" in CausalLMOutputWithPast.__dataclass_fields__ else "past_key_values"
+    )
 
     def forward(input_ids=None, logits_to_keep=0, **kwargs):
         # The K/V live in the native cache. transformers' cache object only keeps the length, through tiny
@@ -99,7 +107,9 @@ def _native_forward(model, decoder):
         start = cache.get_seq_length() if cache is not None else 0
         n = input_ids.shape[1]
         last_only = isinstance(logits_to_keep, int) and logits_to_keep == 1
-        logits = decoder.forward(input_ids[0].tolist(), start=start, logits="last" if last_only else "all")
+        logits = decoder.forward(
+            input_ids[0].tolist(), start=start, logits="last" if last_only else "all"
+        )
         if cache is not None:
             stub = torch.zeros(1, 1, n, 1)
             cache.update(stub, stub, 0)

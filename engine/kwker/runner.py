@@ -143,7 +143,8 @@ class Runner:
                 if not free:
                     raise RuntimeError(
                         f"all {self.n_slots} slots of this decoder are in use (an unfinished "
-                        "stream_generate in this thread? close it first)")
+                        "stream_generate in this thread? close it first)"
+                    )
                 slot = free[0]
                 self._records[slot].clear()
             else:
@@ -151,7 +152,8 @@ class Runner:
                 if slot in self._in_use:
                     raise RuntimeError(
                         f"slot {slot} is in use by an unfinished generation (a stream_generate "
-                        "not yet closed, in this thread?): close it first")
+                        "not yet closed, in this thread?): close it first"
+                    )
             self._in_use.add(slot)
             return slot
 
@@ -189,7 +191,7 @@ class Runner:
             self._check_slot(slot)
             record = self._records[slot]
             n = min(n, len(record))
-            del record[len(record) - n:]
+            del record[len(record) - n :]
             return n
 
     def reset(self) -> None:
@@ -197,7 +199,8 @@ class Runner:
         with self.lock:
             if self._in_use:
                 raise RuntimeError(
-                    f"slots {sorted(self._in_use)} are in use by unfinished generations")
+                    f"slots {sorted(self._in_use)} are in use by unfinished generations"
+                )
             for record in self._records:
                 record.clear()
 
@@ -232,18 +235,23 @@ class Runner:
         if len(ids) > self.max_step_tokens or len(out_rows) > self.max_out_rows:
             raise ValueError(
                 f"a step takes at most {self.max_step_tokens} tokens and {self.max_out_rows} "
-                f"rows, got {len(ids)} and {len(out_rows)}")
+                f"rows, got {len(ids)} and {len(out_rows)}"
+            )
         with self.lock:
-            argmax = self._step.step(np.asarray(ids, np.int32), np.asarray(slots, np.int32),
-                                     np.asarray(positions, np.int32),
-                                     np.asarray(out_rows, np.int32)).tolist()
+            argmax = self._step.step(
+                np.asarray(ids, np.int32),
+                np.asarray(slots, np.int32),
+                np.asarray(positions, np.int32),
+                np.asarray(out_rows, np.int32),
+            ).tolist()
             view = self._step.logits(len(out_rows)) if logits and out_rows else None  # (R, vocab)
             for feed in feeds:
                 self._records[feed.slot].extend(feed.tokens)
         return [Rows(argmax[a:b], None if view is None else view[a:b]) for a, b in spans]
 
-    def extend_slot(self, slot: int, start: int, tokens: Sequence[int], rows: str = "last",
-                    logits: bool = True) -> Rows:
+    def extend_slot(
+        self, slot: int, start: int, tokens: Sequence[int], rows: str = "last", logits: bool = True
+    ) -> Rows:
         """extend for one slot and any number of tokens, in as many steps as the step's limits
         need. The logits (the rows' (R, vocab) float32) are a copy: they outlive the steps."""
         if rows not in ROWS:
@@ -252,9 +260,11 @@ class Runner:
             raise ValueError("extend needs at least one token")
         if start + len(tokens) > self.max_cache_len:  # checked before any step runs
             raise ValueError(
-                f"{start} + {len(tokens)} tokens exceed max_cache_len {self.max_cache_len}")
-        chunk = self.max_step_tokens if rows != "all" else min(self.max_step_tokens,
-                                                               self.max_out_rows)
+                f"{start} + {len(tokens)} tokens exceed max_cache_len {self.max_cache_len}"
+            )
+        chunk = (
+            self.max_step_tokens if rows != "all" else min(self.max_step_tokens, self.max_out_rows)
+        )
         n_rows = Feed(slot, start, tokens, rows).n_rows
         argmax: list[int] = []
         # (R, vocab), filled chunk by chunk by numpy: torch's copy (torch.cat) would run on its
@@ -262,15 +272,15 @@ class Runner:
         out = None
         with self.lock:
             for i in range(0, len(tokens), chunk):
-                part = tokens[i:i + chunk]
+                part = tokens[i : i + chunk]
                 last = i + len(part) == len(tokens)
                 # inner chunks of a "last" or "none" feed only fill the cache
                 part_rows = "all" if rows == "all" else (rows if last else "none")
-                got, = self.extend([Feed(slot, start + i, part, part_rows)], logits=logits)
+                (got,) = self.extend([Feed(slot, start + i, part, part_rows)], logits=logits)
                 if got.logits is not None:
                     if out is None:
                         out = np.empty((n_rows, got.logits.shape[1]), np.float32)
-                    out[len(argmax):len(argmax) + len(got.argmax)] = got.logits
+                    out[len(argmax) : len(argmax) + len(got.argmax)] = got.logits
                 argmax.extend(got.argmax)
         return Rows(argmax, out)
 
@@ -288,7 +298,10 @@ class Runner:
         if feed.start != held:
             raise ValueError(
                 f"tokens for slot {feed.slot} go at position {held}, after its {held} cached "
-                f"tokens, not at {feed.start} (trim first to overwrite)")
+                f"tokens, not at {feed.start} (trim first to overwrite)"
+            )
         if feed.start + len(feed.tokens) > self.max_cache_len:
-            raise ValueError(f"{feed.start} + {len(feed.tokens)} tokens exceed max_cache_len "
-                             f"{self.max_cache_len}")
+            raise ValueError(
+                f"{feed.start} + {len(feed.tokens)} tokens exceed max_cache_len "
+                f"{self.max_cache_len}"
+            )

@@ -41,11 +41,13 @@ class SamplingParams:
             raise ValueError(f"top_k must be a non-negative integer, got {self.top_k!r}")
         _check_number("top_p", self.top_p, "in (0, 1]", lambda v: 0 < v <= 1)
         _check_number("min_p", self.min_p, "in [0, 1]", lambda v: 0 <= v <= 1)
-        _check_number("repetition_penalty", self.repetition_penalty, "a positive number",
-                      lambda v: v > 0)
+        _check_number(
+            "repetition_penalty", self.repetition_penalty, "a positive number", lambda v: v > 0
+        )
         if not _is_int(self.min_new_tokens) or self.min_new_tokens < 0:
-            raise ValueError("min_new_tokens must be a non-negative integer, got "
-                             f"{self.min_new_tokens!r}")
+            raise ValueError(
+                f"min_new_tokens must be a non-negative integer, got {self.min_new_tokens!r}"
+            )
 
 
 def _is_int(value) -> bool:
@@ -83,7 +85,9 @@ class Sampler:
         self.generator = generator
         self.penalty = p.repetition_penalty if p.repetition_penalty not in (None, 1.0) else None
         self.eos = np.array(p.eos_token_ids if p.min_new_tokens > 0 else [], dtype=np.int64)
-        self.temperature = p.temperature if p.do_sample and p.temperature not in (None, 1.0) else None
+        self.temperature = (
+            p.temperature if p.do_sample and p.temperature not in (None, 1.0) else None
+        )
         self.top_k = p.top_k if p.do_sample and p.top_k else 0
         self.top_p = p.top_p if p.do_sample and p.top_p is not None and p.top_p < 1.0 else None
         self.min_p = p.min_p if p.do_sample and p.min_p else None
@@ -110,10 +114,14 @@ class Sampler:
         if self.penalty is None and not suppress_eos:
             return x
         if self._buffer is None or self._buffer.shape != x.shape:
-            self._buffer = np.empty_like(x)  # kept: a fresh vocabulary-sized array is page faults on every call
+            self._buffer = np.empty_like(
+                x
+            )  # kept: a fresh vocabulary-sized array is page faults on every call
         np.copyto(self._buffer, x)
         x = self._buffer
-        if self.penalty is not None:  # a context token's score: times the penalty if negative, else divided by it
+        if (
+            self.penalty is not None
+        ):  # a context token's score: times the penalty if negative, else divided by it
             ids = np.asarray(context, dtype=np.int64).reshape(-1)
             v = x[ids]
             x[ids] = np.where(v < 0, v * np.float32(self.penalty), v / np.float32(self.penalty))
@@ -128,11 +136,17 @@ class Sampler:
         """(scores over temperature of the tokens top-k, top-p and min-p keep, their ids ascending; None: all of
         them). Scores are divided by the temperature only where they are read."""
         keep = stats = None
-        if self.top_k or self.top_p is not None:  # one native pass: max, softmax total, the tokens within CLOSE
+        if (
+            self.top_k or self.top_p is not None
+        ):  # one native pass: max, softmax total, the tokens within CLOSE
             stats = _native.softmax_stats(scores, self.temperature or 1.0, CLOSE)
-        if self.top_k:  # the tokens scoring at least the k-th highest score (ties kept, as transformers does)
+        if (
+            self.top_k
+        ):  # the tokens scoring at least the k-th highest score (ties kept, as transformers does)
             k, close = min(self.top_k, len(scores)), stats[2]
-            if len(close) < k:  # fewer than k within CLOSE: look WIDE, a second pass cheaper than a full partition
+            if (
+                len(close) < k
+            ):  # fewer than k within CLOSE: look WIDE, a second pass cheaper than a full partition
                 close = _native.softmax_stats(scores, self.temperature or 1.0, WIDE)[2]
             if len(close) < k:
                 close = np.arange(len(scores))
@@ -159,8 +173,11 @@ class Sampler:
             close = np.flatnonzero(sv >= m - CLOSE)
         n = len(scores) if ids is None else len(ids)
         values = (lambda c: self._over_t(scores[c])) if ids is None else (lambda c: sv[c])
-        widening = (lambda: close, lambda: np.argpartition(values(np.arange(n)), -TOP)[-TOP:],
-                    lambda: np.arange(n))
+        widening = (
+            lambda: close,
+            lambda: np.argpartition(values(np.arange(n)), -TOP)[-TOP:],
+            lambda: np.arange(n),
+        )
         for make in widening if n > TOP else widening[::2]:
             cands = make()
             v = values(cands)
@@ -175,10 +192,14 @@ class Sampler:
     def sample(self, sv: np.ndarray, keep: np.ndarray | None, u: float) -> int:
         """The token whose interval of the cumulative distribution (in token id order) holds u times its total:
         sv are the survivors' scores over temperature, keep their ids (None: every token)."""
-        weights = np.exp(sv - sv.max())  # float32, as a softmax of the scores would be before its division
+        weights = np.exp(
+            sv - sv.max()
+        )  # float32, as a softmax of the scores would be before its division
         # torch's serial cumsum: numpy's runs at a quarter of its speed (0.2 ms for 49k tokens)
         cdf = torch.from_numpy(weights.astype(np.float64)).cumsum(0).numpy()
         i = int(np.searchsorted(cdf, u * cdf[-1], side="right"))
-        if i >= len(sv) or weights[i] == 0:  # u * total rounded onto the end: the last possible token
+        if (
+            i >= len(sv) or weights[i] == 0
+        ):  # u * total rounded onto the end: the last possible token
             i = int(np.flatnonzero(weights)[-1])
         return i if keep is None else int(keep[i])

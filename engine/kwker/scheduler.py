@@ -104,8 +104,10 @@ class Scheduler:
             plans.append((seq, Feed(seq.slot, start, tokens, rows)))
         out, group, tokens, rows = [], [], 0, 0
         for seq, feed in plans:
-            if group and (tokens + len(feed.tokens) > self.runner.max_step_tokens
-                          or rows + feed.n_rows > self.runner.max_out_rows):
+            if group and (
+                tokens + len(feed.tokens) > self.runner.max_step_tokens
+                or rows + feed.n_rows > self.runner.max_out_rows
+            ):
                 out.extend(self._run_group(group))
                 group, tokens, rows = [], 0, 0
             group.append((seq, feed))

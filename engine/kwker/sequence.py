@@ -13,8 +13,14 @@ from kwker.streaming import GenerationChunk, GenerationStats, StreamingDetokeniz
 
 
 class SequenceState:
-    def __init__(self, prompt: list[int], max_new_tokens: int, sampler: Sampler, spec: Speculator,
-                 tokenizer=None):
+    def __init__(
+        self,
+        prompt: list[int],
+        max_new_tokens: int,
+        sampler: Sampler,
+        spec: Speculator,
+        tokenizer=None,
+    ):
         self.prompt = prompt
         self.tokens = list(prompt)  # prompt + emitted tokens
         self.max_new_tokens = max_new_tokens
@@ -25,12 +31,16 @@ class SequenceState:
         self.stats = GenerationStats(prompt_tokens=len(prompt))
         self.detok = StreamingDetokenizer(tokenizer) if tokenizer is not None else None
         self.eos = set(sampler.params.eos_token_ids)
-        self.fast = not sampler.needs_logits  # greedy without processors: the native argmax is the answer
+        self.fast = (
+            not sampler.needs_logits
+        )  # greedy without processors: the native argmax is the answer
         self.finish_reason: str | None = None
         self._source: str | None = None
         self._cands: list[int] = []
         self._draft_s = 0.0
-        self._first_token_time = 0.0  # when prefill gave the first new token: decoding's wall-clock starts there
+        self._first_token_time = (
+            0.0  # when prefill gave the first new token: decoding's wall-clock starts there
+        )
 
     def place(self, slot: int, reused: int) -> None:
         """The slot the sequence runs in, whose cache holds the prompt's first `reused` tokens."""
@@ -52,17 +62,27 @@ class SequenceState:
 
     @property
     def new_tokens(self) -> list[int]:
-        return self.tokens[len(self.prompt):]
+        return self.tokens[len(self.prompt) :]
 
     def plan(self, prefill_chunk: int) -> tuple[list[int], int, str]:
         """(tokens to feed, position of the first, rows wanted: "none", "last" or "all")."""
         if self.in_prefill:
             end = min(len(self.prompt), self.prefilled + prefill_chunk)
-            return self.prompt[self.prefilled:end], self.prefilled, "last" if end == len(self.prompt) else "none"
+            return (
+                self.prompt[self.prefilled : end],
+                self.prefilled,
+                "last" if end == len(self.prompt) else "none",
+            )
         draft_s = self.spec.draft_s
-        self._source, self._cands = self.spec.propose(self.tokens, self.max_new_tokens - self.stats.new_tokens - 1)
+        self._source, self._cands = self.spec.propose(
+            self.tokens, self.max_new_tokens - self.stats.new_tokens - 1
+        )
         self._draft_s = self.spec.draft_s - draft_s
-        return [self.tokens[-1]] + self._cands, len(self.tokens) - 1, "all" if self._cands else "last"
+        return (
+            [self.tokens[-1]] + self._cands,
+            len(self.tokens) - 1,
+            "all" if self._cands else "last",
+        )
 
     def _pick(self, row: int, argmax, logits, new: list[int]) -> int:
         """The token for `row`, after the tokens so far and `new` (this step's picks before it)."""
@@ -71,7 +91,9 @@ class SequenceState:
         u = self.sampler.draw() if self.sampler.params.do_sample else None
         return self.sampler.choose(logits[row], self.tokens + new, u)
 
-    def absorb(self, n_fed: int, argmax: list[int], logits, seconds: float) -> list[GenerationChunk]:
+    def absorb(
+        self, n_fed: int, argmax: list[int], logits, seconds: float
+    ) -> list[GenerationChunk]:
         """Takes the step's rows for this sequence (as plan asked) and returns the chunks of the tokens it
         verified."""
         if self.in_prefill:
@@ -85,7 +107,9 @@ class SequenceState:
         new = self._verify(argmax, logits)
         accepted = accept(cands, new)
         if self._source:
-            self.stats.proposed[self._source] = self.stats.proposed.get(self._source, 0) + len(cands)
+            self.stats.proposed[self._source] = self.stats.proposed.get(self._source, 0) + len(
+                cands
+            )
             self.stats.accepted[self._source] = self.stats.accepted.get(self._source, 0) + accepted
         self.spec.feedback(self._source, len(cands), accepted, n_fed, seconds, new[0])
         self.stats.steps += 1
@@ -101,8 +125,12 @@ class SequenceState:
         cands = self._cands
         for row in range(len(cands) + 1):
             new.append(self._pick(row, argmax, logits, new))
-            if row == len(cands) or new[-1] != cands[row] or new[-1] in self.eos or \
-                    self.stats.new_tokens + len(new) >= self.max_new_tokens:
+            if (
+                row == len(cands)
+                or new[-1] != cands[row]
+                or new[-1] in self.eos
+                or self.stats.new_tokens + len(new) >= self.max_new_tokens
+            ):
                 break
         return new
 
@@ -112,13 +140,23 @@ class SequenceState:
         for i, tok in enumerate(new):
             self.tokens.append(tok)
             self.stats.new_tokens += 1
-            finish = "eos" if tok in self.eos else ("length" if self.stats.new_tokens == self.max_new_tokens
-                                                    else None)
+            finish = (
+                "eos"
+                if tok in self.eos
+                else ("length" if self.stats.new_tokens == self.max_new_tokens else None)
+            )
             text = self.detok.add(tok) if self.detok else ""
             if finish and self.detok:
                 text += self.detok.flush()
-            chunks.append(GenerationChunk(token=tok, text=text, stats=self.stats, finish_reason=finish,
-                                          source=self._source if i < accepted else None))
+            chunks.append(
+                GenerationChunk(
+                    token=tok,
+                    text=text,
+                    stats=self.stats,
+                    finish_reason=finish,
+                    source=self._source if i < accepted else None,
+                )
+            )
             if finish:
                 self.finish_reason = finish
                 break

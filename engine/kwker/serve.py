@@ -2,7 +2,6 @@
 batching), stream their tokens back, can be cancelled, and are refused when the queue is full. Plus an
 OpenAI-compatible HTTP front end (`kwker serve`)."""
 
-
 import json
 import queue
 import threading
@@ -51,7 +50,13 @@ class Request:
 
 
 class ServingEngine:
-    def __init__(self, decoder, tokenizer=None, max_queue: int = 64, prefill_chunk: int = DEFAULT_PREFILL_CHUNK):
+    def __init__(
+        self,
+        decoder,
+        tokenizer=None,
+        max_queue: int = 64,
+        prefill_chunk: int = DEFAULT_PREFILL_CHUNK,
+    ):
         self.decoder = decoder
         self.tokenizer = tokenizer
         self.max_queue = max_queue
@@ -89,7 +94,9 @@ class ServingEngine:
         req = Request(seq)
         with self._wake:
             if len(self._waiting) >= self.max_queue:
-                raise QueueFull(f"the queue is full ({self.max_queue} requests waiting); try again later")
+                raise QueueFull(
+                    f"the queue is full ({self.max_queue} requests waiting); try again later"
+                )
             self._waiting.append(req)
             self._wake.notify_all()
         return req
@@ -176,7 +183,9 @@ def _sampling(body: dict) -> dict:
     if temperature == 0:
         return {"do_sample": False}
     seed = body.get("seed")
-    gen = torch.Generator().manual_seed(int(seed) if seed is not None else int(time.time_ns() % 2**62))
+    gen = torch.Generator().manual_seed(
+        int(seed) if seed is not None else int(time.time_ns() % 2**62)
+    )
     opts = {"do_sample": True, "temperature": float(temperature), "generator": gen}
     for key in ("top_p", "top_k", "min_p", "repetition_penalty"):
         if body.get(key) is not None:
@@ -195,11 +204,15 @@ def create_app(engine: ServingEngine, model_name: str, api_key: str | None = Non
 
     @app.exception_handler(ApiError)
     async def api_error(_, exc: ApiError):
-        return JSONResponse({"error": {"message": exc.message, "type": exc.code}}, status_code=exc.status)
+        return JSONResponse(
+            {"error": {"message": exc.message, "type": exc.code}}, status_code=exc.status
+        )
 
     async def parse(request: HttpRequest) -> dict:
         if api_key is not None and request.headers.get("authorization") != f"Bearer {api_key}":
-            raise ApiError(401, "missing or wrong API key (Authorization: Bearer ...)", "authentication_error")
+            raise ApiError(
+                401, "missing or wrong API key (Authorization: Bearer ...)", "authentication_error"
+            )
         try:
             body = await request.json()
         except (json.JSONDecodeError, UnicodeDecodeError):
@@ -207,8 +220,11 @@ def create_app(engine: ServingEngine, model_name: str, api_key: str | None = Non
         if not isinstance(body, dict):
             raise ApiError(400, "the request body must be a JSON object")
         if body.get("model", model_name) != model_name:
-            raise ApiError(404, f"unknown model {body.get('model')!r}; this server runs {model_name!r}",
-                           "model_not_found")
+            raise ApiError(
+                404,
+                f"unknown model {body.get('model')!r}; this server runs {model_name!r}",
+                "model_not_found",
+            )
         return body
 
     def submit(ids: list[int], body: dict) -> Request:
@@ -217,8 +233,11 @@ def create_app(engine: ServingEngine, model_name: str, api_key: str | None = Non
         if not isinstance(max_tokens, int) or max_tokens < 1:
             raise ApiError(400, f"max_tokens must be a positive integer, got {max_tokens!r}")
         if room < 1:
-            raise ApiError(400, f"the prompt has {len(ids)} tokens; this server's context is "
-                                f"{engine.decoder.max_cache_len} tokens")
+            raise ApiError(
+                400,
+                f"the prompt has {len(ids)} tokens; this server's context is "
+                f"{engine.decoder.max_cache_len} tokens",
+            )
         try:
             return engine.submit(ids, min(max_tokens, room), **_sampling(body))
         except QueueFull as e:
@@ -232,9 +251,14 @@ def create_app(engine: ServingEngine, model_name: str, api_key: str | None = Non
         kind = "chat.completion" if chat else "text_completion"
 
         def usage(n):
-            return {"prompt_tokens": prompt_len, "completion_tokens": n, "total_tokens": prompt_len + n}
+            return {
+                "prompt_tokens": prompt_len,
+                "completion_tokens": n,
+                "total_tokens": prompt_len + n,
+            }
 
         if body.get("stream"):
+
             def events():
                 n = 0
                 try:
@@ -242,9 +266,19 @@ def create_app(engine: ServingEngine, model_name: str, api_key: str | None = Non
                         n += 1
                         piece = {"index": 0, "finish_reason": c.finish_reason}
                         piece.update({"delta": {"content": c.text}} if chat else {"text": c.text})
-                        yield "data: " + json.dumps({"id": rid, "object": kind + ("" if not chat else ".chunk"),
-                                                     "created": created, "model": model_name,
-                                                     "choices": [piece]}) + "\n\n"
+                        yield (
+                            "data: "
+                            + json.dumps(
+                                {
+                                    "id": rid,
+                                    "object": kind + ("" if not chat else ".chunk"),
+                                    "created": created,
+                                    "model": model_name,
+                                    "choices": [piece],
+                                }
+                            )
+                            + "\n\n"
+                        )
                     yield "data: [DONE]\n\n"
                 finally:
                     req.cancel()  # the client went away (or we are done): stop generating for it
@@ -257,15 +291,26 @@ def create_app(engine: ServingEngine, model_name: str, api_key: str | None = Non
             finish = chunks[-1].finish_reason if chunks else "cancelled"
             finish = "stop" if finish == "eos" else finish
             choice = {"index": 0, "finish_reason": finish}
-            choice.update({"message": {"role": "assistant", "content": text}} if chat else {"text": text})
-            return {"id": rid, "object": kind, "created": created, "model": model_name, "choices": [choice],
-                    "usage": usage(len(chunks))}
+            choice.update(
+                {"message": {"role": "assistant", "content": text}} if chat else {"text": text}
+            )
+            return {
+                "id": rid,
+                "object": kind,
+                "created": created,
+                "model": model_name,
+                "choices": [choice],
+                "usage": usage(len(chunks)),
+            }
 
         return collect()
 
     @app.get("/v1/models")
     async def models():
-        return {"object": "list", "data": [{"id": model_name, "object": "model", "owned_by": "kwker"}]}
+        return {
+            "object": "list",
+            "data": [{"id": model_name, "object": "model", "owned_by": "kwker"}],
+        }
 
     @app.post("/v1/completions")
     async def completions(request: HttpRequest):
@@ -284,13 +329,18 @@ def create_app(engine: ServingEngine, model_name: str, api_key: str | None = Non
     async def chat(request: HttpRequest):
         body = await parse(request)
         messages = body.get("messages")
-        if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) for m in messages):
+        if (
+            not isinstance(messages, list)
+            or not messages
+            or not all(isinstance(m, dict) for m in messages)
+        ):
             raise ApiError(400, "messages must be a non-empty list of {role, content} objects")
         if tokenizer is None or not getattr(tokenizer, "chat_template", None):
             raise ApiError(400, "this model has no chat template; use /v1/completions")
         try:
-            ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True,
-                                                return_dict=True)["input_ids"]
+            ids = tokenizer.apply_chat_template(
+                messages, add_generation_prompt=True, tokenize=True, return_dict=True
+            )["input_ids"]
         except Exception as e:  # noqa: BLE001  (a template error is the client's malformed messages)
             raise ApiError(400, f"cannot apply the chat template: {e}") from None
         out = respond(submit(list(ids), body), len(ids), body, chat=True)
@@ -299,18 +349,36 @@ def create_app(engine: ServingEngine, model_name: str, api_key: str | None = Non
     return app
 
 
-def run_server(model_spec: str | None, host: str, port: int, api_key: str | None, precision: str | None,
-               max_batch: int, max_cache_len: int, threads: int | None) -> None:
+def run_server(
+    model_spec: str | None,
+    host: str,
+    port: int,
+    api_key: str | None,
+    precision: str | None,
+    max_batch: int,
+    max_cache_len: int,
+    threads: int | None,
+) -> None:
     import uvicorn
 
     from kwker.decode import KwkDecoder, trim_memory
     from kwker.models import DEFAULT_MODEL, load_model
 
     model, tokenizer = load_model(model_spec)
-    decoder = KwkDecoder(model, max_cache_len=max_cache_len, precision=precision, threads=threads,
-                         max_batch=max_batch, tokenizer=tokenizer)
+    decoder = KwkDecoder(
+        model,
+        max_cache_len=max_cache_len,
+        precision=precision,
+        threads=threads,
+        max_batch=max_batch,
+        tokenizer=tokenizer,
+    )
     del model
     trim_memory()
     with ServingEngine(decoder, tokenizer) as engine:
-        uvicorn.run(create_app(engine, model_spec or DEFAULT_MODEL, api_key), host=host, port=port,
-                    log_level="info")
+        uvicorn.run(
+            create_app(engine, model_spec or DEFAULT_MODEL, api_key),
+            host=host,
+            port=port,
+            log_level="info",
+        )

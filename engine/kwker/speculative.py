@@ -37,21 +37,24 @@ class LookupProposer:
 
     def __init__(self, ngram_max: int = 3, ngram_min: int = 2):
         self.ngram_max, self.ngram_min = ngram_max, ngram_min
-        self.index: dict[tuple[int, ...], int] = {}  # n-gram -> position just after its latest occurrence
+        self.index: dict[
+            tuple[int, ...], int
+        ] = {}  # n-gram -> position just after its latest occurrence
         self.prev: dict[tuple[int, ...], int] = {}  # the occurrence before that one
         self.indexed = 0  # tokens[:indexed] are in the index
         self.tokens: list[int] = []
 
     def _sync(self, tokens: list[int]) -> None:
         # the same growing list (a sequence's text) needs no comparison; another list may be another text
-        if self.indexed > len(tokens) or (self.tokens is not tokens and
-                                          self.tokens[:self.indexed] != tokens[:self.indexed]):
+        if self.indexed > len(tokens) or (
+            self.tokens is not tokens and self.tokens[: self.indexed] != tokens[: self.indexed]
+        ):
             self.index, self.prev, self.indexed = {}, {}, 0  # a different text: start over
         self.tokens = tokens
         for end in range(self.indexed + 1, len(tokens) + 1):
             for n in range(self.ngram_min, self.ngram_max + 1):
                 if end >= n:
-                    key = tuple(tokens[end - n:end])
+                    key = tuple(tokens[end - n : end])
                     if key in self.index:
                         self.prev[key] = self.index[key]
                     self.index[key] = end
@@ -67,11 +70,13 @@ class LookupProposer:
             if end == len(tokens):  # the suffix itself: use the occurrence before it
                 end = self.prev.get(key)
             if end is not None and end < len(tokens):
-                return tokens[end:end + k]
+                return tokens[end : end + k]
         return []
 
 
-CATCH_UP_TIMED = 4  # a draft call that first catches up on more tokens than this does not time its proposals
+CATCH_UP_TIMED = (
+    4  # a draft call that first catches up on more tokens than this does not time its proposals
+)
 
 
 class DraftProposer:
@@ -116,8 +121,12 @@ class StepCosts:
     from what the earlier ones measured."""
 
     step1_s: float = 0.0
-    relative: dict[int, float] = field(default_factory=dict)  # fed tokens (2+) -> step time / 1-token step
-    draft_token: dict[int, float] = field(default_factory=dict)  # id(draft) -> time per token / 1-token step
+    relative: dict[int, float] = field(
+        default_factory=dict
+    )  # fed tokens (2+) -> step time / 1-token step
+    draft_token: dict[int, float] = field(
+        default_factory=dict
+    )  # id(draft) -> time per token / 1-token step
 
 
 class Speculator:
@@ -141,13 +150,24 @@ class Speculator:
     PROBE_ACCEPT = 0.9
     PROBE_GAP = 8
 
-    def __init__(self, lookup: LookupProposer | None, draft: DraftProposer | None, lookup_max: int = 8,
-                 draft_max: int = 8, costs: StepCosts | None = None):
+    def __init__(
+        self,
+        lookup: LookupProposer | None,
+        draft: DraftProposer | None,
+        lookup_max: int = 8,
+        draft_max: int = 8,
+        costs: StepCosts | None = None,
+    ):
         self.lookup, self.draft = lookup, draft
         self.limit = {"lookup": lookup_max, "draft": draft_max}
-        self.accept = {"lookup": 0.5, "draft": 0.6}  # prior chance that a proposed token is accepted
+        self.accept = {
+            "lookup": 0.5,
+            "draft": 0.6,
+        }  # prior chance that a proposed token is accepted
         self.costs = costs if costs is not None else StepCosts()
-        self._inherited = self.costs.step1_s > 0  # an earlier sequence measured the 1-token step: no plain warm-up
+        self._inherited = (
+            self.costs.step1_s > 0
+        )  # an earlier sequence measured the 1-token step: no plain warm-up
         self._draft_key = id(draft.draft) if draft is not None else None
         self.draft_s = 0.0
         self._shadow: int | None = None  # lookup's first proposal, when it was not made
@@ -209,7 +229,9 @@ class Speculator:
             # the draft where lookup has nothing, or where its own record promises more tokens per unit of time
             if k and (not found or self._ratio("draft", k) > self._ratio("lookup", len(found))):
                 if found:
-                    self._shadow = found[0]  # lookup keeps learning whether it would have been right
+                    self._shadow = found[
+                        0
+                    ]  # lookup keeps learning whether it would have been right
                 t0 = time.perf_counter()
                 cands = self.draft.propose(tokens, k)
                 spent = time.perf_counter() - t0
@@ -217,33 +239,47 @@ class Speculator:
                 if cands:
                     # the marginal cost of proposing: not a long catch-up (the prompt, a run of lookup tokens)
                     if self.draft.behind <= CATCH_UP_TIMED:
-                        self.costs.draft_token[self._draft_key] = _ema(self.draft_cost,
-                                                                       spent / len(cands) / self.costs.step1_s)
+                        self.costs.draft_token[self._draft_key] = _ema(
+                            self.draft_cost, spent / len(cands) / self.costs.step1_s
+                        )
                     return "draft", cands
         if found:
             return "lookup", found
         return None, []
 
-    def feedback(self, source: str | None, proposed: int, accepted: int, fed: int, seconds: float,
-                 next_token: int | None) -> None:
+    def feedback(
+        self,
+        source: str | None,
+        proposed: int,
+        accepted: int,
+        fed: int,
+        seconds: float,
+        next_token: int | None,
+    ) -> None:
         """After a verify step: what was accepted, how long the step took, and the first new token (for the
         shadow check of lookup)."""
         if fed == 1:
             self.costs.step1_s = _ema(self.costs.step1_s, seconds)
             self._plain_steps += 1
         elif self.costs.step1_s:
-            self.costs.relative[fed] = _ema(self.costs.relative.get(fed, 0.0), seconds / self.costs.step1_s)
+            self.costs.relative[fed] = _ema(
+                self.costs.relative.get(fed, 0.0), seconds / self.costs.step1_s
+            )
         self._steps += 1
         if source is not None and proposed:
             # accepted successes, then one failure unless everything was accepted
             trials = accepted + (1 if accepted < proposed else 0)
-            self.accept[source] = _ema(self.accept[source], accepted / trials, weight=min(0.5, 0.1 * trials))
+            self.accept[source] = _ema(
+                self.accept[source], accepted / trials, weight=min(0.5, 0.1 * trials)
+            )
         if source == "draft":
             if accepted < proposed and self._probing:
                 self._probe_gap *= 2
             self._next_probe = self._steps + (self._probe_gap if accepted < proposed else 0)
         if self._shadow is not None and next_token is not None:
-            self.accept["lookup"] = _ema(self.accept["lookup"], float(self._shadow == next_token), weight=0.1)
+            self.accept["lookup"] = _ema(
+                self.accept["lookup"], float(self._shadow == next_token), weight=0.1
+            )
 
 
 def _ema(old: float, new: float, weight: float = 0.2) -> float:

@@ -5,9 +5,8 @@ import json
 import time
 
 import pytest
-from PySide6.QtCore import QTimer
-
 from app_helpers import LOAD_TIMEOUT_MS, answer, open_window
+from PySide6.QtCore import QTimer
 
 pytestmark = pytest.mark.slow
 
@@ -32,7 +31,11 @@ def test_stop_keeps_the_partial_answer(qtbot, data_dir):
     win.send_button.click()
     qtbot.waitUntil(lambda: not win.generating, timeout=10_000)
     msg = win.messages[-1]
-    assert len(msg.content) >= 40 and msg.stats["finish_reason"] == "stopped" and msg.stats["new_tokens"] < 400
+    assert (
+        len(msg.content) >= 40
+        and msg.stats["finish_reason"] == "stopped"
+        and msg.stats["new_tokens"] < 400
+    )
     assert "(stopped)" in win.view.toPlainText() and win.send_button.text() == "Send"
 
 
@@ -48,7 +51,9 @@ def test_regenerate_and_edit(qtbot, data_dir):
     assert win.input.toPlainText() == "Name a colour."
     win.send("What is the capital of France?")
     qtbot.waitUntil(lambda: not win.generating, timeout=60_000)
-    assert [m.content for m in win.messages if m.role == "user"] == ["What is the capital of France?"]
+    assert [m.content for m in win.messages if m.role == "user"] == [
+        "What is the capital of France?"
+    ]
     assert "Paris" in win.messages[-1].content
 
 
@@ -70,12 +75,17 @@ def test_settings_change_the_next_answer_and_keep_exactness(qtbot, data_dir):
 def test_restart_keeps_conversations_and_settings(qtbot, data_dir):
     win = open_window(qtbot)
     answer(qtbot, win, "What is the capital of France?")
-    win.apply_settings({**win.settings_panel.values(), "max_new_tokens": 77, "system_prompt": "Be brief."}, False)
+    win.apply_settings(
+        {**win.settings_panel.values(), "max_new_tokens": 77, "system_prompt": "Be brief."}, False
+    )
     cid = win.cid
     win.close()
     again = open_window(qtbot, keep_saved=True)
     assert again.cid == cid and [m.role for m in again.messages] == ["user", "assistant"]
-    assert again.settings["max_new_tokens"] == 77 and again.settings_panel.system_prompt.toPlainText() == "Be brief."
+    assert (
+        again.settings["max_new_tokens"] == 77
+        and again.settings_panel.system_prompt.toPlainText() == "Be brief."
+    )
     assert "Paris" in again.view.toPlainText()
 
 
@@ -146,7 +156,9 @@ def test_slow_redraws_are_spaced_out(qtbot, data_dir, monkeypatch):
     monkeypatch.setattr(win.view, "setHtml", original)
     win._dirty = True
     win._draw_frame()
-    assert main_window.FRAME_MS <= win.frame.interval() < slow / 2  # fast again: back towards the full frame rate
+    assert (
+        main_window.FRAME_MS <= win.frame.interval() < slow / 2
+    )  # fast again: back towards the full frame rate
 
 
 def test_switching_conversation_and_model_while_generating(qtbot, data_dir):
@@ -157,12 +169,18 @@ def test_switching_conversation_and_model_while_generating(qtbot, data_dir):
     win.new_chat()  # switch away mid-answer: the answer keeps streaming into its own conversation
     assert win.cid != first and "lighthouse" not in win.view.toPlainText()
     qtbot.waitUntil(lambda: len(win.stream_text) > 60, timeout=60_000)
-    win.apply_settings({**win.settings_panel.values(), "precision": "int4"}, conversation_only=False)  # reload
+    win.apply_settings(
+        {**win.settings_panel.values(), "precision": "int4"}, conversation_only=False
+    )  # reload
     qtbot.waitUntil(lambda: not win.generating, timeout=60_000)
-    qtbot.waitUntil(lambda: win.model_info is not None and win.model_info["precision"] == "int4",
-                    timeout=LOAD_TIMEOUT_MS)
+    qtbot.waitUntil(
+        lambda: win.model_info is not None and win.model_info["precision"] == "int4",
+        timeout=LOAD_TIMEOUT_MS,
+    )
     win.open_conversation(first)
     msg = win.messages[-1]
     assert msg.role == "assistant" and msg.complete and len(msg.content) >= 60
     assert msg.stats["finish_reason"] == "stopped"
-    assert answer(qtbot, win, "What is the capital of France?").content  # the reloaded model answers
+    assert answer(
+        qtbot, win, "What is the capital of France?"
+    ).content  # the reloaded model answers

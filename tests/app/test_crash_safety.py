@@ -9,7 +9,6 @@ import textwrap
 import time
 
 import pytest
-
 from app_helpers import open_window
 
 pytestmark = pytest.mark.slow
@@ -55,8 +54,9 @@ def saved_lengths(child, deadline):
 def test_killed_mid_stream_loses_nothing_saved(qtbot, data_dir, tmp_path):
     env = {**os.environ, "QT_QPA_PLATFORM": "offscreen"}
     with open(tmp_path / "child.err", "w") as err:
-        child = subprocess.Popen([sys.executable, "-c", CHILD], stdout=subprocess.PIPE, stderr=err, text=True,
-                                 env=env)
+        child = subprocess.Popen(
+            [sys.executable, "-c", CHILD], stdout=subprocess.PIPE, stderr=err, text=True, env=env
+        )
     saved = 0
     for saved in saved_lengths(child, time.time() + 300):
         if saved > 60:

@@ -6,13 +6,11 @@ from pathlib import Path
 
 import huggingface_hub.constants as hf_constants
 import pytest
-from transformers import AutoTokenizer
-
 from app_helpers import LOAD_TIMEOUT_MS, open_window
+from transformers import AutoTokenizer
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "engine"))
 import hub_server  # noqa: E402
-
 from helpers import tiny_llama  # noqa: E402
 
 pytestmark = pytest.mark.slow
@@ -23,8 +21,12 @@ def hub(tmp_path, monkeypatch):
     from kwker.models.loader import resolve_model
 
     folder = tmp_path / "repo"
-    tiny_llama(vocab=49152, hidden=64, heads=2, kv_heads=1, inter=96, layers=2).save_pretrained(folder)
-    AutoTokenizer.from_pretrained(resolve_model(None)).save_pretrained(folder)  # SmolLM2's tokenizer
+    tiny_llama(vocab=49152, hidden=64, heads=2, kv_heads=1, inter=96, layers=2).save_pretrained(
+        folder
+    )
+    AutoTokenizer.from_pretrained(resolve_model(None)).save_pretrained(
+        folder
+    )  # SmolLM2's tokenizer
     state = hub_server.HubState({"tiny/chat": folder})
     state.delay_per_chunk = 0.001
     server, url = hub_server.start(state)
@@ -43,7 +45,9 @@ def test_picker_downloads_a_model_and_the_chat_uses_it(qtbot, data_dir, hub):
     assert "HuggingFaceTB/SmolLM2-135M-Instruct" in ids and len(ids) >= 10
     assert {r["fit"] for r in picker.table_model.rows} <= {"fits", "tight", "won't fit"}
     picker.search.setText("qwen")
-    assert picker.table_model.rows and all("qwen" in r["id"].lower() for r in picker.table_model.rows)
+    assert picker.table_model.rows and all(
+        "qwen" in r["id"].lower() for r in picker.table_model.rows
+    )
     picker.search.setText("tiny")
     picker.search_hub()
     assert picker.select("tiny/chat")
@@ -56,8 +60,10 @@ def test_picker_downloads_a_model_and_the_chat_uses_it(qtbot, data_dir, hub):
     picker.select("tiny/chat")
     assert picker.selected()["status"] == "downloaded"
     picker._use()
-    qtbot.waitUntil(lambda: win.model_info is not None and win.model_info["model"] == "tiny/chat",
-                    timeout=LOAD_TIMEOUT_MS)
+    qtbot.waitUntil(
+        lambda: win.model_info is not None and win.model_info["model"] == "tiny/chat",
+        timeout=LOAD_TIMEOUT_MS,
+    )
     win.new_chat()
     assert win.send("Hello")
     qtbot.waitUntil(lambda: not win.generating, timeout=60_000)

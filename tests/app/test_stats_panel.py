@@ -3,7 +3,13 @@ answer streams once it has enough tokens to mean something, and always for a fin
 
 from app.views.stats_panel import SPEEDUP_MIN_TOKENS, StatsPanel
 
-MODEL = {"model": "m", "precision": "int4", "isa": "avx2", "threads": 2, "reference_tokens_per_s": 200.0}
+MODEL = {
+    "model": "m",
+    "precision": "int4",
+    "isa": "avx2",
+    "threads": 2,
+    "reference_tokens_per_s": 200.0,
+}
 
 
 def test_speedup_waits_for_enough_tokens_while_streaming(qtbot):
@@ -23,6 +29,8 @@ def test_a_short_finished_answer_shows_its_speedup(qtbot):
     panel.set_model(MODEL)
     panel.update_stats({"tokens_per_s": 180.0, "new_tokens": 6}, final=True)
     assert panel.speedup.text() == "0.90×"
-    panel.set_model({**MODEL, "reference_tokens_per_s": 0.0})  # no plain rate measured (a tiny context)
+    panel.set_model(
+        {**MODEL, "reference_tokens_per_s": 0.0}
+    )  # no plain rate measured (a tiny context)
     panel.update_stats({"tokens_per_s": 180.0, "new_tokens": 40}, final=True)
     assert panel.speedup.text() == "–"

@@ -10,8 +10,9 @@ pytestmark = pytest.mark.slow
 
 
 def kwker(*args, timeout=600):
-    return subprocess.run([sys.executable, "-m", "kwker.cli", *args], capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "kwker.cli", *args], capture_output=True, text=True, timeout=timeout
+    )
 
 
 def test_generate_streams_an_answer_from_the_default_model(smollm2):
@@ -35,13 +36,34 @@ def test_generate_refuses_a_missing_model_clearly(tmp_path):
 
 def test_bench_reports_kwker_and_transformers(smollm2, tmp_path):
     out = tmp_path / "bench.json"
-    r = kwker("bench", "--pp", "32", "--tg", "8", "--depth", "40", "--repeats", "2", "--vs", "transformers",
-              "--json", str(out))
+    r = kwker(
+        "bench",
+        "--pp",
+        "32",
+        "--tg",
+        "8",
+        "--depth",
+        "40",
+        "--repeats",
+        "2",
+        "--vs",
+        "transformers",
+        "--json",
+        str(out),
+    )
     assert r.returncode == 0, r.stderr
     report = json.loads(out.read_text())
     tests = {(x["engine"], x["test"]) for x in report["results"]}
-    assert tests == {("kwker", "pp32"), ("kwker", "tg8@d40"), ("transformers", "pp32"), ("transformers", "tg8@d40")}
-    assert all(x["tokens_per_s"]["mean"] > 0 and len(x["tokens_per_s"]["values"]) == 2 for x in report["results"])
+    assert tests == {
+        ("kwker", "pp32"),
+        ("kwker", "tg8@d40"),
+        ("transformers", "pp32"),
+        ("transformers", "tg8@d40"),
+    }
+    assert all(
+        x["tokens_per_s"]["mean"] > 0 and len(x["tokens_per_s"]["values"]) == 2
+        for x in report["results"]
+    )
     assert set(report["ratios"]) == {"pp32 kwker/transformers", "tg8@d40 kwker/transformers"}
     assert report["machine"]["read_gb_s_1_thread"] > 1
     threads = report["threads"]

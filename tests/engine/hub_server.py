@@ -15,8 +15,12 @@ class HubState:
     def __init__(self, repos: dict[str, Path]):
         self.repos = repos  # repo id -> folder with its files
         self.served: dict[str, int] = {}  # filename -> bytes sent
-        self.starts: list[tuple[str, int]] = []  # (filename, first byte asked for) of every download request
-        self.cut_after: dict[str, int] = {}  # filename -> close the connection after this many bytes (once)
+        self.starts: list[
+            tuple[str, int]
+        ] = []  # (filename, first byte asked for) of every download request
+        self.cut_after: dict[
+            str, int
+        ] = {}  # filename -> close the connection after this many bytes (once)
         self.corrupt_once: set[str] = set()
         self.gated: dict[str, str] = {}  # repo id -> the token it needs
         self.delay_per_chunk = 0.0
@@ -74,12 +78,32 @@ def make_handler(state: HubState):
             siblings = []
             for f in sorted(folder.iterdir()):
                 data = f.read_bytes()
-                sib = {"rfilename": f.name, "size": len(data), "blobId": hashlib.sha1(data).hexdigest()}
+                sib = {
+                    "rfilename": f.name,
+                    "size": len(data),
+                    "blobId": hashlib.sha1(data).hexdigest(),
+                }
                 if f.suffix == ".safetensors":
-                    sib["lfs"] = {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data), "pointerSize": 130}
+                    sib["lfs"] = {
+                        "sha256": hashlib.sha256(data).hexdigest(),
+                        "size": len(data),
+                        "pointerSize": 130,
+                    }
                 siblings.append(sib)
-            self._json(200, {"id": repo, "modelId": repo, "sha": COMMIT, "siblings": siblings, "private": False,
-                             "gated": repo in state.gated, "tags": [], "downloads": 0, "likes": 0})
+            self._json(
+                200,
+                {
+                    "id": repo,
+                    "modelId": repo,
+                    "sha": COMMIT,
+                    "siblings": siblings,
+                    "private": False,
+                    "gated": repo in state.gated,
+                    "tags": [],
+                    "downloads": 0,
+                    "likes": 0,
+                },
+            )
 
         def _file(self, repo, name):
             if not self._authorized(repo):
@@ -110,9 +134,9 @@ def make_handler(state: HubState):
                 cut = state.cut_after.pop(name, None)
             sent = 0
             for i in range(0, len(body), 16384):
-                piece = body[i:i + 16384]
+                piece = body[i : i + 16384]
                 if cut is not None and sent + len(piece) > cut:
-                    piece = piece[:cut - sent]
+                    piece = piece[: cut - sent]
                     self.wfile.write(piece)
                     with state.lock:
                         state.served[name] = state.served.get(name, 0) + len(piece)
@@ -126,6 +150,7 @@ def make_handler(state: HubState):
                     state.served[name] = state.served.get(name, 0) + len(piece)
                 if state.delay_per_chunk:
                     import time
+
                     time.sleep(state.delay_per_chunk)
 
     return Handler

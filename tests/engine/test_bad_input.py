@@ -14,16 +14,23 @@ def dec():
     return KwkDecoder(tiny_llama(hidden=64, heads=2, kv_heads=1, inter=96), max_cache_len=32)
 
 
-@pytest.mark.parametrize("ids, exc, message", [
-    (torch.tensor([[1] * 30]), ValueError, "30 tokens \\+ max_new_tokens 8 = 38 tokens exceeds max_cache_len 32"),
-    (torch.tensor([[]], dtype=torch.long), ValueError, "empty"),
-    (torch.tensor([[1.0, 2.0]]), TypeError, "integer"),
-    (torch.tensor([[1, 2], [3, 4]]), ValueError, "generate_batch"),
-    (torch.ones(1, 1, 3, dtype=torch.long), ValueError, "shape"),
-    (torch.tensor([[1, 5000]]), ValueError, "outside the vocabulary"),
-    (torch.tensor([[1, -1]]), ValueError, "outside the vocabulary"),
-    ("hello", TypeError, "token ids"),
-])
+@pytest.mark.parametrize(
+    "ids, exc, message",
+    [
+        (
+            torch.tensor([[1] * 30]),
+            ValueError,
+            "30 tokens \\+ max_new_tokens 8 = 38 tokens exceeds max_cache_len 32",
+        ),
+        (torch.tensor([[]], dtype=torch.long), ValueError, "empty"),
+        (torch.tensor([[1.0, 2.0]]), TypeError, "integer"),
+        (torch.tensor([[1, 2], [3, 4]]), ValueError, "generate_batch"),
+        (torch.ones(1, 1, 3, dtype=torch.long), ValueError, "shape"),
+        (torch.tensor([[1, 5000]]), ValueError, "outside the vocabulary"),
+        (torch.tensor([[1, -1]]), ValueError, "outside the vocabulary"),
+        ("hello", TypeError, "token ids"),
+    ],
+)
 def test_bad_prompts(dec, ids, exc, message):
     with pytest.raises(exc, match=message):
         dec.generate(ids, max_new_tokens=8)
@@ -60,8 +67,13 @@ def test_bad_constructor_arguments():
 
 
 def test_dynamic_rope_is_refused():
-    model = tiny_llama(hidden=64, heads=2, kv_heads=1, inter=96,
-                       rope_parameters=dict(rope_type="dynamic", rope_theta=10000.0, factor=2.0))
+    model = tiny_llama(
+        hidden=64,
+        heads=2,
+        kv_heads=1,
+        inter=96,
+        rope_parameters=dict(rope_type="dynamic", rope_theta=10000.0, factor=2.0),
+    )
     assert "rope type 'dynamic'" in runner_unsupported(model, 64)
 
 
@@ -109,25 +121,28 @@ def test_non_contiguous_ids_give_the_contiguous_copy_s_output(dec):
 NAN, INF = float("nan"), float("inf")
 
 
-@pytest.mark.parametrize("kw, message", [
-    (dict(temperature=NAN), "temperature must be a positive number, got nan"),
-    (dict(temperature=INF), "temperature must be a positive number, got inf"),
-    (dict(temperature=-INF), "temperature"),
-    (dict(temperature="0.7"), "temperature"),
-    (dict(temperature=True), "temperature"),
-    (dict(top_p=NAN), "top_p must be in \\(0, 1\\], got nan"),
-    (dict(top_p=INF), "top_p"),
-    (dict(top_p=1.01), "top_p"),
-    (dict(min_p=NAN), "min_p must be in \\[0, 1\\], got nan"),
-    (dict(min_p=-0.1), "min_p"),
-    (dict(repetition_penalty=NAN), "repetition_penalty must be a positive number, got nan"),
-    (dict(repetition_penalty=INF), "repetition_penalty"),
-    (dict(repetition_penalty=-1.0), "repetition_penalty"),
-    (dict(top_k=True), "top_k must be a non-negative integer, got True"),
-    (dict(top_k=5.0), "top_k must be a non-negative integer, got 5.0"),
-    (dict(top_k=NAN), "top_k"),
-    (dict(min_new_tokens=True), "min_new_tokens"),
-])
+@pytest.mark.parametrize(
+    "kw, message",
+    [
+        (dict(temperature=NAN), "temperature must be a positive number, got nan"),
+        (dict(temperature=INF), "temperature must be a positive number, got inf"),
+        (dict(temperature=-INF), "temperature"),
+        (dict(temperature="0.7"), "temperature"),
+        (dict(temperature=True), "temperature"),
+        (dict(top_p=NAN), "top_p must be in \\(0, 1\\], got nan"),
+        (dict(top_p=INF), "top_p"),
+        (dict(top_p=1.01), "top_p"),
+        (dict(min_p=NAN), "min_p must be in \\[0, 1\\], got nan"),
+        (dict(min_p=-0.1), "min_p"),
+        (dict(repetition_penalty=NAN), "repetition_penalty must be a positive number, got nan"),
+        (dict(repetition_penalty=INF), "repetition_penalty"),
+        (dict(repetition_penalty=-1.0), "repetition_penalty"),
+        (dict(top_k=True), "top_k must be a non-negative integer, got True"),
+        (dict(top_k=5.0), "top_k must be a non-negative integer, got 5.0"),
+        (dict(top_k=NAN), "top_k"),
+        (dict(min_new_tokens=True), "min_new_tokens"),
+    ],
+)
 def test_bad_sampling_options(dec, kw, message):
     with pytest.raises(ValueError, match=message):
         dec.generate(torch.tensor([[1, 2]]), max_new_tokens=4, do_sample=True, **kw)
@@ -137,8 +152,17 @@ def test_bad_sampling_options(dec, kw, message):
 
 
 def test_numpy_sampling_numbers_are_accepted(dec):
-    run = [dec.generate(torch.tensor([[1, 2]]), max_new_tokens=6, do_sample=True,
-                        generator=torch.Generator().manual_seed(3), **kw)
-           for kw in (dict(temperature=0.8, top_k=5, top_p=0.9),
-                      dict(temperature=np.float32(0.8), top_k=np.int64(5), top_p=np.float64(0.9)))]
+    run = [
+        dec.generate(
+            torch.tensor([[1, 2]]),
+            max_new_tokens=6,
+            do_sample=True,
+            generator=torch.Generator().manual_seed(3),
+            **kw,
+        )
+        for kw in (
+            dict(temperature=0.8, top_k=5, top_p=0.9),
+            dict(temperature=np.float32(0.8), top_k=np.int64(5), top_p=np.float64(0.9)),
+        )
+    ]
     assert torch.equal(run[0], run[1])

@@ -3,8 +3,8 @@
 
 import pytest
 import torch
-
 from helpers import tiny_llama
+
 from kwker.decode import KwkDecoder
 
 SEQ = torch.randint(0, 1000, (40,), generator=torch.Generator().manual_seed(3)).tolist()
@@ -14,7 +14,7 @@ def one_at_a_time(dec, seq):
     dec.reset()
     rows = [dec.forward(seq[:1])]
     for i in range(1, len(seq)):
-        rows.append(dec.forward(seq[i:i + 1], start=i))
+        rows.append(dec.forward(seq[i : i + 1], start=i))
     return torch.cat(rows)
 
 
@@ -28,8 +28,8 @@ def test_logits_identical_alone_in_steps_and_in_prefill(precision, threads):
     for k in range(2, 10):
         p = 11
         dec.forward(SEQ[:p])
-        rows = dec.forward(SEQ[p:p + k], start=p)  # a k-token verify step after p cached tokens
-        assert torch.equal(rows, alone[p:p + k]), f"k={k}"
+        rows = dec.forward(SEQ[p : p + k], start=p)  # a k-token verify step after p cached tokens
+        assert torch.equal(rows, alone[p : p + k]), f"k={k}"
 
 
 @pytest.mark.parametrize("precision", [None, "int4"])
@@ -50,8 +50,10 @@ def test_thread_count_does_not_change_bits(precision):
     model = tiny_llama(hidden=192, heads=3, kv_heads=1, inter=200)
     a = KwkDecoder(model, max_cache_len=64, threads=1, precision=precision).forward(SEQ)
     for threads in (2, 3):
-        assert torch.equal(KwkDecoder(model, max_cache_len=64, threads=threads, precision=precision).forward(SEQ), a)
-
+        assert torch.equal(
+            KwkDecoder(model, max_cache_len=64, threads=threads, precision=precision).forward(SEQ),
+            a,
+        )
 
 
 @pytest.mark.parametrize("precision", [None, "bf16", "balanced", "int4"])
@@ -62,7 +64,9 @@ def test_every_isa_is_batch_invariant_and_close_to_the_reference(precision, monk
     from kwker import _native
 
     isas = [i for i in ("generic", "avx2", "avx512", "avx512-emulated") if _native.isa_supported(i)]
-    assert "avx512" in isas or "avx512-emulated" in isas, "this build has no AVX-512 kernels to test (no SIMDe)"
+    assert "avx512" in isas or "avx512-emulated" in isas, (
+        "this build has no AVX-512 kernels to test (no SIMDe)"
+    )
     model = tiny_llama(hidden=128, heads=2, kv_heads=1, inter=160, tied=False)
     seq = SEQ[:30]
     results = {}

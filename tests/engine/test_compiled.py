@@ -8,7 +8,9 @@ from transformers import GPT2Config, GPT2LMHeadModel, OPTConfig, OPTForCausalLM
 from kwker.compiled import Decoder, package_key
 from kwker.decode import runner_unsupported
 
-PROMPT = torch.tensor([[3, 17, 250, 9, 40, 511, 7, 99, 3, 17, 250, 9, 40]])  # repeats itself: lookup has work
+PROMPT = torch.tensor(
+    [[3, 17, 250, 9, 40, 511, 7, 99, 3, 17, 250, 9, 40]]
+)  # repeats itself: lookup has work
 
 
 def widen(model):
@@ -21,21 +23,37 @@ def widen(model):
 
 def gpt2():
     torch.manual_seed(0)
-    return widen(GPT2LMHeadModel(GPT2Config(vocab_size=1000, n_embd=64, n_layer=2, n_head=4, n_positions=256)))
+    return widen(
+        GPT2LMHeadModel(
+            GPT2Config(vocab_size=1000, n_embd=64, n_layer=2, n_head=4, n_positions=256)
+        )
+    )
 
 
 def opt():
     torch.manual_seed(1)
-    return widen(OPTForCausalLM(OPTConfig(vocab_size=1000, hidden_size=64, num_hidden_layers=2, ffn_dim=128,
-                                          num_attention_heads=4, max_position_embeddings=256,
-                                          word_embed_proj_dim=64)))
+    return widen(
+        OPTForCausalLM(
+            OPTConfig(
+                vocab_size=1000,
+                hidden_size=64,
+                num_hidden_layers=2,
+                ffn_dim=128,
+                num_attention_heads=4,
+                max_position_embeddings=256,
+                word_embed_proj_dim=64,
+            )
+        )
+    )
 
 
 @pytest.fixture(scope="module", params=[gpt2, opt], ids=["gpt2", "opt"])
 def compiled(request, tmp_path_factory):
     """(model, a Decoder that compiled, its cache folder): one compilation per family for the whole module."""
     model = request.param()
-    assert runner_unsupported(model, 128) is not None  # really a family the native step does not run
+    assert (
+        runner_unsupported(model, 128) is not None
+    )  # really a family the native step does not run
     folder = tmp_path_factory.mktemp("compiled")
     dec = Decoder(model, max_cache_len=128, cache_folder=folder)
     assert dec.compiled_now and len(list(folder.glob("*.pt2"))) == 1
@@ -47,18 +65,37 @@ def test_greedy_and_logits_match_transformers(compiled):
     with torch.no_grad():
         ref = model(PROMPT).logits[0]
     assert float((dec.forward(PROMPT) - ref).abs().max() / ref.abs().max()) < 1e-5
-    theirs = model.generate(PROMPT, attention_mask=torch.ones_like(PROMPT), max_new_tokens=40, min_new_tokens=40,
-                            do_sample=False, pad_token_id=0)
+    theirs = model.generate(
+        PROMPT,
+        attention_mask=torch.ones_like(PROMPT),
+        max_new_tokens=40,
+        min_new_tokens=40,
+        do_sample=False,
+        pad_token_id=0,
+    )
     assert torch.equal(dec.generate(PROMPT, max_new_tokens=40, min_new_tokens=40, lookup=0), theirs)
-    assert torch.equal(dec.generate(PROMPT, max_new_tokens=40, min_new_tokens=40), theirs)  # lookup on
+    assert torch.equal(
+        dec.generate(PROMPT, max_new_tokens=40, min_new_tokens=40), theirs
+    )  # lookup on
     assert dec.last_stats.proposed.get("lookup", 0) > 0
 
 
 def test_seeded_sampling_is_the_same_with_and_without_lookup(compiled):
     _, dec, _ = compiled
-    runs = [dec.generate(PROMPT, max_new_tokens=30, min_new_tokens=30, do_sample=True, temperature=0.8, top_k=50,
-                         generator=torch.Generator().manual_seed(seed), lookup=lookup)
-            for seed in (1, 2) for lookup in (0, 8)]
+    runs = [
+        dec.generate(
+            PROMPT,
+            max_new_tokens=30,
+            min_new_tokens=30,
+            do_sample=True,
+            temperature=0.8,
+            top_k=50,
+            generator=torch.Generator().manual_seed(seed),
+            lookup=lookup,
+        )
+        for seed in (1, 2)
+        for lookup in (0, 8)
+    ]
     assert torch.equal(runs[0], runs[1]) and torch.equal(runs[2], runs[3])
     assert not torch.equal(runs[0], runs[2])
 

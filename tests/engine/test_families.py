@@ -4,8 +4,18 @@ their own rope tables) and Phi-3 (fused matrices, partial rotary, longrope)."""
 
 import pytest
 import torch
-from transformers import (Gemma3ForCausalLM, Gemma3TextConfig, MistralConfig, MistralForCausalLM, Phi3Config,
-                          Phi3ForCausalLM, Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM)
+from transformers import (
+    Gemma3ForCausalLM,
+    Gemma3TextConfig,
+    MistralConfig,
+    MistralForCausalLM,
+    Phi3Config,
+    Phi3ForCausalLM,
+    Qwen2Config,
+    Qwen2ForCausalLM,
+    Qwen3Config,
+    Qwen3ForCausalLM,
+)
 
 from kwker.decode import KwkDecoder, runner_unsupported
 
@@ -27,25 +37,59 @@ def widen(model):
 
 def qwen2(**kw):
     torch.manual_seed(1)
-    return widen(Qwen2ForCausalLM(Qwen2Config(vocab_size=1000, hidden_size=96, intermediate_size=160,
-                                              num_hidden_layers=2, num_attention_heads=6, num_key_value_heads=2,
-                                              max_position_embeddings=512, **kw)))
+    return widen(
+        Qwen2ForCausalLM(
+            Qwen2Config(
+                vocab_size=1000,
+                hidden_size=96,
+                intermediate_size=160,
+                num_hidden_layers=2,
+                num_attention_heads=6,
+                num_key_value_heads=2,
+                max_position_embeddings=512,
+                **kw,
+            )
+        )
+    )
 
 
 def mistral(**kw):
     torch.manual_seed(2)
-    return widen(MistralForCausalLM(MistralConfig(vocab_size=1000, hidden_size=128, intermediate_size=256,
-                                                  num_hidden_layers=2, num_attention_heads=4,
-                                                  num_key_value_heads=2, max_position_embeddings=512, **kw)))
+    return widen(
+        MistralForCausalLM(
+            MistralConfig(
+                vocab_size=1000,
+                hidden_size=128,
+                intermediate_size=256,
+                num_hidden_layers=2,
+                num_attention_heads=4,
+                num_key_value_heads=2,
+                max_position_embeddings=512,
+                **kw,
+            )
+        )
+    )
 
 
 def qwen3(**kw):
     torch.manual_seed(3)
-    model = Qwen3ForCausalLM(Qwen3Config(vocab_size=1000, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                                         num_attention_heads=4, num_key_value_heads=2, head_dim=32,
-                                         max_position_embeddings=512, **kw))
+    model = Qwen3ForCausalLM(
+        Qwen3Config(
+            vocab_size=1000,
+            hidden_size=64,
+            intermediate_size=128,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            head_dim=32,
+            max_position_embeddings=512,
+            **kw,
+        )
+    )
     with torch.no_grad():
-        for layer in model.model.layers:  # q/k norm weights away from 1, so that a missing norm shows
+        for (
+            layer
+        ) in model.model.layers:  # q/k norm weights away from 1, so that a missing norm shows
             layer.self_attn.q_norm.weight.uniform_(0.5, 1.5)
             layer.self_attn.k_norm.weight.uniform_(0.5, 1.5)
     return widen(model)
@@ -53,13 +97,23 @@ def qwen3(**kw):
 
 def gemma3(seed=4, **kw):
     torch.manual_seed(seed)
-    cfg = dict(vocab_size=1000, hidden_size=64, intermediate_size=160, num_hidden_layers=4, num_attention_heads=4,
-               num_key_value_heads=1, head_dim=48, max_position_embeddings=512, sliding_window=16,
-               query_pre_attn_scalar=48, layer_types=["sliding_attention", "full_attention"] * 2)
+    cfg = dict(
+        vocab_size=1000,
+        hidden_size=64,
+        intermediate_size=160,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=1,
+        head_dim=48,
+        max_position_embeddings=512,
+        sliding_window=16,
+        query_pre_attn_scalar=48,
+        layer_types=["sliding_attention", "full_attention"] * 2,
+    )
     cfg.update(kw)
     model = Gemma3ForCausalLM(Gemma3TextConfig(**cfg))
     with torch.no_grad():
-        for name, p in model.named_parameters():
+        for _name, p in model.named_parameters():
             if p.dim() == 1:  # Gemma norms start at 0 (scale 1 + w): make each one count
                 p.uniform_(-0.5, 0.5)
             else:
@@ -69,14 +123,27 @@ def gemma3(seed=4, **kw):
 
 def phi3(seed=5, **kw):
     torch.manual_seed(seed)
-    cfg = dict(vocab_size=1000, hidden_size=96, intermediate_size=192, num_hidden_layers=2, num_attention_heads=4,
-               num_key_value_heads=2, max_position_embeddings=512, pad_token_id=0)
+    cfg = dict(
+        vocab_size=1000,
+        hidden_size=96,
+        intermediate_size=192,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+        pad_token_id=0,
+    )
     cfg.update(kw)
     return widen(Phi3ForCausalLM(Phi3Config(**cfg)))
 
 
-LONGROPE = dict(rope_type="longrope", rope_theta=10000.0, original_max_position_embeddings=256,
-                short_factor=[1.0 + 0.1 * i for i in range(12)], long_factor=[2.0 + i for i in range(12)])
+LONGROPE = dict(
+    rope_type="longrope",
+    rope_theta=10000.0,
+    original_max_position_embeddings=256,
+    short_factor=[1.0 + 0.1 * i for i in range(12)],
+    long_factor=[2.0 + i for i in range(12)],
+)
 
 MODELS = {
     "qwen2": qwen2,
@@ -87,17 +154,34 @@ MODELS = {
     "qwen3": qwen3,
     "qwen3-tied": lambda: qwen3(tie_word_embeddings=True),
     "gemma3": gemma3,
-    "gemma3-wide-heads": lambda: gemma3(seed=6, hidden_size=96, num_attention_heads=6, num_key_value_heads=2,
-                                        head_dim=32, query_pre_attn_scalar=24, sliding_window=24,
-                                        layer_types=["sliding_attention"] * 2 + ["full_attention"]
-                                        + ["sliding_attention"], num_hidden_layers=4),
-    "gemma3-untied-scaled-rope": lambda: gemma3(seed=7, tie_word_embeddings=False, rope_parameters={
-        "full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1000000.0},
-        "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}}),
+    "gemma3-wide-heads": lambda: gemma3(
+        seed=6,
+        hidden_size=96,
+        num_attention_heads=6,
+        num_key_value_heads=2,
+        head_dim=32,
+        query_pre_attn_scalar=24,
+        sliding_window=24,
+        layer_types=["sliding_attention"] * 2 + ["full_attention"] + ["sliding_attention"],
+        num_hidden_layers=4,
+    ),
+    "gemma3-untied-scaled-rope": lambda: gemma3(
+        seed=7,
+        tie_word_embeddings=False,
+        rope_parameters={
+            "full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1000000.0},
+            "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+        },
+    ),
     "phi3": phi3,
     "phi3-window": lambda: phi3(sliding_window=16),
-    "phi3-partial-rotary": lambda: phi3(rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
-                                                          "partial_rotary_factor": 0.5}),
+    "phi3-partial-rotary": lambda: phi3(
+        rope_parameters={
+            "rope_type": "default",
+            "rope_theta": 10000.0,
+            "partial_rotary_factor": 0.5,
+        }
+    ),
     "phi3-longrope": lambda: phi3(rope_parameters=LONGROPE, original_max_position_embeddings=256),
 }
 
@@ -118,12 +202,20 @@ def test_logits_and_greedy_match_transformers(name):
     assert relative_error(dec.forward(PROMPT), ref) < 1e-4
     assert relative_error(dec.forward(LONG), ref_long) < 1e-4  # past the windows
     ours = dec.generate(PROMPT, max_new_tokens=40, min_new_tokens=40)
-    theirs = model.generate(PROMPT, attention_mask=torch.ones_like(PROMPT), max_new_tokens=40, min_new_tokens=40,
-                            do_sample=False, pad_token_id=0)
+    theirs = model.generate(
+        PROMPT,
+        attention_mask=torch.ones_like(PROMPT),
+        max_new_tokens=40,
+        min_new_tokens=40,
+        do_sample=False,
+        pad_token_id=0,
+    )
     assert torch.equal(ours, theirs)
 
 
-@pytest.mark.parametrize("name", ["qwen2-window", "qwen3", "gemma3", "phi3-partial-rotary", "mistral-window"])
+@pytest.mark.parametrize(
+    "name", ["qwen2-window", "qwen3", "gemma3", "phi3-partial-rotary", "mistral-window"]
+)
 @pytest.mark.parametrize("precision", [None, "bf16", "int4"])
 def test_batch_invariance_in_every_family(name, precision):
     """1-token steps, k-token steps and prefill give the same bits, windows and post norms included."""
@@ -133,7 +225,7 @@ def test_batch_invariance_in_every_family(name, precision):
     dec.reset()
     rows = [dec.forward(seq[:30])]
     for i in range(30, len(seq), 7):
-        rows.append(dec.forward(seq[i:i + 7], start=i))
+        rows.append(dec.forward(seq[i : i + 7], start=i))
     assert torch.equal(torch.cat(rows), whole)
     assert torch.equal(dec.forward(seq[-1:], start=len(seq) - 1), whole[-1:])
 
@@ -161,13 +253,24 @@ def test_variants_the_native_step_cannot_run_say_why():
 @pytest.mark.slow
 def test_smollm2_weights_declared_as_mistral_give_smollm2_tokens(smollm2):
     model, tokenizer = smollm2
-    cfg = MistralConfig(**{k: v for k, v in model.config.to_dict().items()
-                           if k in MistralConfig().to_dict() and k not in ("model_type", "architectures")})
+    cfg = MistralConfig(
+        **{
+            k: v
+            for k, v in model.config.to_dict().items()
+            if k in MistralConfig().to_dict() and k not in ("model_type", "architectures")
+        }
+    )
     cfg.sliding_window = None
     as_mistral = MistralForCausalLM(cfg).eval()
     as_mistral.load_state_dict(model.state_dict(), strict=False)
     as_mistral.tie_weights()
-    ids = tokenizer.apply_chat_template([{"role": "user", "content": "What is the capital of France?"}],
-                                        add_generation_prompt=True, return_tensors="pt", return_dict=True)["input_ids"]
+    ids = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "What is the capital of France?"}],
+        add_generation_prompt=True,
+        return_tensors="pt",
+        return_dict=True,
+    )["input_ids"]
     llama_tokens = KwkDecoder(model, max_cache_len=128).generate(ids, max_new_tokens=24)
-    assert torch.equal(KwkDecoder(as_mistral, max_cache_len=128).generate(ids, max_new_tokens=24), llama_tokens)
+    assert torch.equal(
+        KwkDecoder(as_mistral, max_cache_len=128).generate(ids, max_new_tokens=24), llama_tokens
+    )

@@ -5,16 +5,16 @@ and the `kwker models` command."""
 import os
 import subprocess
 import sys
-import threading
 import textwrap
+import threading
 
+import hub_server
 import huggingface_hub.constants as hf_constants
 import pytest
 import torch
+from helpers import tiny_llama
 from transformers import AutoModelForCausalLM
 
-import hub_server
-from helpers import tiny_llama
 from kwker.decode import KwkDecoder
 from kwker.models import hub
 
@@ -47,9 +47,13 @@ def test_full_download_runs(hubsrv):
     snap = hub.download(REPO, progress=seen.append)
     assert (snap / "model.safetensors").read_bytes() == (folder / "model.safetensors").read_bytes()
     assert (snap / "config.json").exists() and (snap / "model.safetensors").is_symlink()
-    assert seen[-1].done == seen[-1].total and all(a.done <= b.done for a, b in zip(seen, seen[1:]))
+    assert seen[-1].done == seen[-1].total and all(
+        a.done <= b.done for a, b in zip(seen, seen[1:], strict=False)
+    )
     model = AutoModelForCausalLM.from_pretrained(snap).eval()
-    assert KwkDecoder(model, max_cache_len=32).generate(torch.tensor([[1, 2, 3]]), max_new_tokens=4).shape == (1, 7)
+    assert KwkDecoder(model, max_cache_len=32).generate(
+        torch.tensor([[1, 2, 3]]), max_new_tokens=4
+    ).shape == (1, 7)
     assert [r for r, _, _ in hub.cached_models()] == [REPO]
     assert hub.remove(REPO) > weights_size(folder)
     assert hub.cached_models() == []
@@ -74,7 +78,9 @@ def test_cancel_then_resume_in_a_later_call(hubsrv):
 
     def run():
         try:
-            hub.download(REPO, cancel=cancel, progress=lambda p: p.done > size // 2 and cancel.set())
+            hub.download(
+                REPO, cancel=cancel, progress=lambda p: p.done > size // 2 and cancel.set()
+            )
         except hub.Cancelled as e:
             result["error"] = e
 
@@ -128,24 +134,42 @@ def test_full_disk_is_a_clear_error_and_stays_resumable(hubsrv):
             print(e)
             sys.exit(3)
     """)
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                       env={**os.environ, "HF_ENDPOINT": url, "HF_HUB_OFFLINE": "0"})
+    r = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "HF_ENDPOINT": url, "HF_HUB_OFFLINE": "0"},
+    )
     assert r.returncode == 3, r.stderr
     assert "disk is full" in r.stdout and "resume" in r.stdout
     partial = list(cache.rglob("*.incomplete"))
     assert len(partial) == 1 and partial[0].stat().st_size == 3_000_000
-    assert (hub.download(REPO) / "model.safetensors").read_bytes() == (folder / "model.safetensors").read_bytes()
+    assert (hub.download(REPO) / "model.safetensors").read_bytes() == (
+        folder / "model.safetensors"
+    ).read_bytes()
 
 
 def test_models_command(hubsrv):
     state, url, folder, cache = hubsrv
     env = {**os.environ, "HF_ENDPOINT": url, "HF_HUB_OFFLINE": "0", "HF_HUB_CACHE": str(cache)}
-    r = subprocess.run([sys.executable, "-m", "kwker.cli", "models", "download", REPO], capture_output=True,
-                       text=True, env=env)
+    r = subprocess.run(
+        [sys.executable, "-m", "kwker.cli", "models", "download", REPO],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
     assert r.returncode == 0, r.stderr
-    r = subprocess.run([sys.executable, "-m", "kwker.cli", "models", "list"], capture_output=True, text=True,
-                       env=env)
+    r = subprocess.run(
+        [sys.executable, "-m", "kwker.cli", "models", "list"],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
     assert REPO in r.stdout
-    r = subprocess.run([sys.executable, "-m", "kwker.cli", "models", "download", "tiny/gated"], capture_output=True,
-                       text=True, env=env)
+    r = subprocess.run(
+        [sys.executable, "-m", "kwker.cli", "models", "download", "tiny/gated"],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
     assert r.returncode != 0 and "gated" in r.stderr

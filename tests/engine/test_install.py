@@ -25,12 +25,20 @@ class StopAfter(StoppingCriteria):
         self.length = length
 
     def __call__(self, input_ids, scores, **kwargs):
-        return torch.full((input_ids.shape[0],), input_ids.shape[1] >= self.length, dtype=torch.bool)
+        return torch.full(
+            (input_ids.shape[0],), input_ids.shape[1] >= self.length, dtype=torch.bool
+        )
 
 
 def greedy(model, **kw):
-    return model.generate(PROMPT, attention_mask=torch.ones_like(PROMPT), max_new_tokens=12, do_sample=False,
-                          pad_token_id=0, **kw)
+    return model.generate(
+        PROMPT,
+        attention_mask=torch.ones_like(PROMPT),
+        max_new_tokens=12,
+        do_sample=False,
+        pad_token_id=0,
+        **kw,
+    )
 
 
 def test_install_gives_the_same_tokens_and_keeps_streamers_and_stopping():
@@ -55,8 +63,13 @@ def test_install_gives_the_same_tokens_and_keeps_streamers_and_stopping():
 def test_beam_search_falls_back_with_a_reason():
     model = tiny_llama(hidden=64, heads=2, kv_heads=1, inter=96)
     install(model, max_cache_len=64)
-    out = model.generate(PROMPT, attention_mask=torch.ones_like(PROMPT), max_new_tokens=4, num_beams=2,
-                         pad_token_id=0)
+    out = model.generate(
+        PROMPT,
+        attention_mask=torch.ones_like(PROMPT),
+        max_new_tokens=4,
+        num_beams=2,
+        pad_token_id=0,
+    )
     assert out.shape == (1, 10)
     assert "beam search" in model._kwker_fallback
 
@@ -64,11 +77,24 @@ def test_beam_search_falls_back_with_a_reason():
 def test_prompt_lookup_through_hf_generate_runs_natively():
     model = tiny_llama(hidden=64, heads=2, kv_heads=1, inter=96)
     ids = torch.tensor([[4, 8, 15, 16, 23, 42, 4, 8, 15, 16]])
-    plain = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=12, min_new_tokens=12,
-                           do_sample=False, pad_token_id=0)
+    plain = model.generate(
+        ids,
+        attention_mask=torch.ones_like(ids),
+        max_new_tokens=12,
+        min_new_tokens=12,
+        do_sample=False,
+        pad_token_id=0,
+    )
     install(model, max_cache_len=64)
-    fast = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=12, min_new_tokens=12,
-                          do_sample=False, pad_token_id=0, prompt_lookup_num_tokens=4)
+    fast = model.generate(
+        ids,
+        attention_mask=torch.ones_like(ids),
+        max_new_tokens=12,
+        min_new_tokens=12,
+        do_sample=False,
+        pad_token_id=0,
+        prompt_lookup_num_tokens=4,
+    )
     assert model._kwker_fallback is None
     assert torch.equal(fast, plain)
 
@@ -96,7 +122,10 @@ def test_torch_runs_one_thread_during_a_native_generate_and_is_restored():
     seen = []
     runner = model._kwker_decoder.runner
     original_extend = runner.extend
-    runner.extend = lambda *a, **k: (seen.append(torch.get_num_threads()), original_extend(*a, **k))[1]
+    runner.extend = lambda *a, **k: (
+        seen.append(torch.get_num_threads()),
+        original_extend(*a, **k),
+    )[1]
     before = torch.get_num_threads()
     torch.set_num_threads(2)
     try:

@@ -37,9 +37,15 @@ def test_kv_cache_is_resident_only_where_written():
     # 4 layers x (k + v) x 4 KV heads x 64 dims x 65536 positions x 4 bytes = 512 MiB of cache, sized; the rest of
     # the decoder (rope tables for 65536 positions, weights, scratch) and Python's transients take ~55 MB
     kv_mb = 4 * 2 * 4 * 64 * 65536 * 4 / 2**20
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.dirname(os.path.dirname(__file__)),
-                                                       os.environ.get("PYTHONPATH", "")]))
-    run = subprocess.run([sys.executable, "-c", CHILD], capture_output=True, text=True, env=env, timeout=300)
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join(
+            [os.path.dirname(os.path.dirname(__file__)), os.environ.get("PYTHONPATH", "")]
+        ),
+    )
+    run = subprocess.run(
+        [sys.executable, "-c", CHILD], capture_output=True, text=True, env=env, timeout=300
+    )
     assert run.returncode == 0, run.stderr
     r = json.loads(run.stdout.strip().splitlines()[-1])
     assert r["built"] - r["before"] < kv_mb / 4, r
@@ -79,9 +85,15 @@ print(json.dumps(r))
 def test_packed_weights_are_advised_for_huge_pages():
     # every step streams all the weights: they live in 2 MB-aligned mappings advised MADV_HUGEPAGE (fewer TLB
     # misses), which go away with the decoder
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.dirname(os.path.dirname(__file__)),
-                                                       os.environ.get("PYTHONPATH", "")]))
-    run = subprocess.run([sys.executable, "-c", HUGE_CHILD], capture_output=True, text=True, env=env, timeout=300)
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join(
+            [os.path.dirname(os.path.dirname(__file__)), os.environ.get("PYTHONPATH", "")]
+        ),
+    )
+    run = subprocess.run(
+        [sys.executable, "-c", HUGE_CHILD], capture_output=True, text=True, env=env, timeout=300
+    )
     assert run.returncode == 0, run.stderr
     r = json.loads(run.stdout.strip().splitlines()[-1])
     assert r["built"] - r["before"] >= r["weight_kb"] > 0, r

@@ -25,10 +25,16 @@ def test_precision_quality_bounds(smollm2):
     assert rows["fp32"]["mean_kl_vs_fp32"] == 0 and rows["fp32"]["top1_agreement_vs_fp32"] == 1
     ppl = rows["fp32"]["perplexity"]
     assert 5 < ppl < 40 and math.isfinite(ppl)  # the model does read the text
-    bounds = {"bf16": (0.002, 0.97, 1.01), "balanced": (0.03, 0.90, 1.05), "int4": (0.03, 0.90, 1.05)}
+    bounds = {
+        "bf16": (0.002, 0.97, 1.01),
+        "balanced": (0.03, 0.90, 1.05),
+        "int4": (0.03, 0.90, 1.05),
+    }
     for precision, (kl, top1, ppl_ratio) in bounds.items():
         r = rows[precision]
         assert r["mean_kl_vs_fp32"] < kl, r
         assert r["top1_agreement_vs_fp32"] >= top1, r
         assert r["perplexity"] <= ppl * ppl_ratio, r
-    assert rows["bf16"]["mean_kl_vs_fp32"] < min(rows["balanced"]["mean_kl_vs_fp32"], rows["int4"]["mean_kl_vs_fp32"])
+    assert rows["bf16"]["mean_kl_vs_fp32"] < min(
+        rows["balanced"]["mean_kl_vs_fp32"], rows["int4"]["mean_kl_vs_fp32"]
+    )

@@ -7,8 +7,8 @@ weights' rounding plus that of the activations, which the int8/int4 kernels quan
 
 import pytest
 import torch
-
 from helpers import tiny_llama
+
 from kwker.decode import KwkDecoder
 
 PROMPT = torch.tensor([[3, 17, 250, 9, 40, 511, 7, 99, 300, 12, 5, 6]])
@@ -27,16 +27,23 @@ def test_packed_sizes():
     lm_head stays int8)."""
     model = tiny_llama(vocab=1008, hidden=128, heads=2, kv_heads=1, inter=256, layers=2, tied=False)
     fp32 = KwkDecoder(model, max_cache_len=32).weight_bytes_per_token
-    assert KwkDecoder(model, max_cache_len=32, precision="balanced").weight_bytes_per_token == fp32 * 8.5 / 32
+    assert (
+        KwkDecoder(model, max_cache_len=32, precision="balanced").weight_bytes_per_token
+        == fp32 * 8.5 / 32
+    )
     head = 1008 * 128
     layers = fp32 / 4 - head
-    assert KwkDecoder(model, max_cache_len=32, precision="int4").weight_bytes_per_token == \
-        layers * 5 / 8 + head * 8.5 / 8
+    assert (
+        KwkDecoder(model, max_cache_len=32, precision="int4").weight_bytes_per_token
+        == layers * 5 / 8 + head * 8.5 / 8
+    )
 
 
-QUESTIONS = [("What is the capital of Germany?", "berlin"),  # facts the fp32 model itself gets right
-             ("Who wrote Romeo and Juliet?", "shakespeare"),
-             ("How many days are in a week?", "7")]
+QUESTIONS = [
+    ("What is the capital of Germany?", "berlin"),  # facts the fp32 model itself gets right
+    ("Who wrote Romeo and Juliet?", "shakespeare"),
+    ("How many days are in a week?", "7"),
+]
 
 
 @pytest.mark.slow
@@ -48,8 +55,12 @@ def test_quantized_real_model_answers_sensibly(smollm2, precision):
     model, tokenizer = smollm2
     dec = KwkDecoder(model, max_cache_len=256, precision=precision)
     for question, fact in QUESTIONS:
-        ids = tokenizer.apply_chat_template([{"role": "user", "content": question}], add_generation_prompt=True,
-                                            return_tensors="pt", return_dict=True)["input_ids"]
+        ids = tokenizer.apply_chat_template(
+            [{"role": "user", "content": question}],
+            add_generation_prompt=True,
+            return_tensors="pt",
+            return_dict=True,
+        )["input_ids"]
         out = dec.generate(ids, max_new_tokens=40)
-        answer = tokenizer.decode(out[0, ids.shape[1]:], skip_special_tokens=True).lower()
+        answer = tokenizer.decode(out[0, ids.shape[1] :], skip_special_tokens=True).lower()
         assert fact in answer, (precision, question, answer)

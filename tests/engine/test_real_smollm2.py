@@ -16,8 +16,12 @@ PROMPTS = [
 
 
 def chat_ids(tokenizer, text):
-    ids = tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True,
-                                        return_tensors="pt", return_dict=True)["input_ids"]
+    ids = tokenizer.apply_chat_template(
+        [{"role": "user", "content": text}],
+        add_generation_prompt=True,
+        return_tensors="pt",
+        return_dict=True,
+    )["input_ids"]
     return ids
 
 
@@ -32,10 +36,15 @@ def test_greedy_chat_answer_equals_transformers(smollm2, dec, prompt):
     model, tokenizer = smollm2
     ids = chat_ids(tokenizer, prompt)
     ours = dec.generate(ids, max_new_tokens=48)
-    theirs = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=48, do_sample=False,
-                            pad_token_id=tokenizer.eos_token_id)
+    theirs = model.generate(
+        ids,
+        attention_mask=torch.ones_like(ids),
+        max_new_tokens=48,
+        do_sample=False,
+        pad_token_id=tokenizer.eos_token_id,
+    )
     assert torch.equal(ours, theirs), (tokenizer.decode(ours[0]), tokenizer.decode(theirs[0]))
-    answer = tokenizer.decode(ours[0, ids.shape[1]:], skip_special_tokens=True)
+    answer = tokenizer.decode(ours[0, ids.shape[1] :], skip_special_tokens=True)
     assert len(answer.split()) >= 3
 
 

@@ -6,12 +6,11 @@ conversation replays identically on any x86 machine."""
 
 import pytest
 import torch
+from helpers import tiny_llama
+from test_families import MODELS
 
 from kwker import _native
 from kwker.decode import KwkDecoder
-
-from helpers import tiny_llama
-from test_families import MODELS
 
 PRECISIONS = ["fp32", "bf16", "fp16", "balanced", "int4"]
 ISAS = [i for i in ("generic", "avx2", "avx512", "avx512-emulated") if _native.isa_supported(i)]
@@ -22,7 +21,9 @@ SEQ = torch.randint(0, 1000, (40,), generator=torch.Generator().manual_seed(21))
 
 
 def test_this_machine_tests_an_avx512_source():
-    assert "avx512" in ISAS or "avx512-emulated" in ISAS, "no AVX-512 kernels in this build (SIMDe not found)"
+    assert "avx512" in ISAS or "avx512-emulated" in ISAS, (
+        "no AVX-512 kernels in this build (SIMDe not found)"
+    )
 
 
 def logits(model, isa, threads, precision, seq, monkeypatch, max_cache_len=64):
@@ -40,12 +41,16 @@ def assert_same_bits(model, precision, seq, monkeypatch, **kw):
     for isa, threads in RUNS:
         out = logits(model, isa, threads, precision, seq, monkeypatch, **kw)
         diff = (out - ref).abs().max().item()
-        assert torch.equal(out, ref), f"{isa} on {threads} threads differs from the reference by {diff}"
+        assert torch.equal(out, ref), (
+            f"{isa} on {threads} threads differs from the reference by {diff}"
+        )
 
 
 @pytest.mark.parametrize("precision", PRECISIONS)
 @pytest.mark.parametrize("family", ["llama", *MODELS])
-def test_every_family_gives_the_same_bits_on_every_isa_and_thread_count(family, precision, monkeypatch):
+def test_every_family_gives_the_same_bits_on_every_isa_and_thread_count(
+    family, precision, monkeypatch
+):
     model = tiny_llama(inter=160, tied=False) if family == "llama" else MODELS[family]()
     assert_same_bits(model, precision, SEQ, monkeypatch)
 
@@ -56,5 +61,7 @@ def test_smollm2_gives_the_same_bits_on_every_isa_and_thread_count(smollm2, prec
     """The real model, 30 layers: any difference in an exp or a sum order would be amplified past the last bit
     (by the quantized formats' rounding of activations to int8, into whole logits)."""
     model, tokenizer = smollm2
-    seq = tokenizer("The quick brown fox jumps over the lazy dog. It was a bright cold day in April")["input_ids"]
+    seq = tokenizer(
+        "The quick brown fox jumps over the lazy dog. It was a bright cold day in April"
+    )["input_ids"]
     assert_same_bits(model, precision, seq[:12], monkeypatch, max_cache_len=32)

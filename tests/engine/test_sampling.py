@@ -4,8 +4,8 @@ and a chi-square test that the sampled tokens follow the softmax."""
 import numpy as np
 import pytest
 import torch
-
 from helpers import tiny_llama
+
 from kwker.decode import KwkDecoder
 from kwker.sampling import Sampler, SamplingParams
 
@@ -18,8 +18,13 @@ def dec():
 
 
 def sample(dec, seed, **kw):
-    return dec.generate(PROMPT, max_new_tokens=24, do_sample=True, generator=torch.Generator().manual_seed(seed),
-                        **kw)
+    return dec.generate(
+        PROMPT,
+        max_new_tokens=24,
+        do_sample=True,
+        generator=torch.Generator().manual_seed(seed),
+        **kw,
+    )
 
 
 def test_same_seed_same_tokens(dec):
@@ -38,15 +43,26 @@ def test_greedy_with_processors_matches_transformers():
     model = tiny_llama(hidden=96, heads=3, kv_heads=1, inter=128)
     dec = KwkDecoder(model, max_cache_len=96)
     ours = dec.generate(PROMPT, max_new_tokens=32, repetition_penalty=1.3, min_new_tokens=32)
-    theirs = model.generate(PROMPT, attention_mask=torch.ones_like(PROMPT), max_new_tokens=32, do_sample=False,
-                            repetition_penalty=1.3, min_new_tokens=32, pad_token_id=0)
+    theirs = model.generate(
+        PROMPT,
+        attention_mask=torch.ones_like(PROMPT),
+        max_new_tokens=32,
+        do_sample=False,
+        repetition_penalty=1.3,
+        min_new_tokens=32,
+        pad_token_id=0,
+    )
     assert torch.equal(ours, theirs)
 
 
 def transformers_probs(logits, **kw):
     """The distribution transformers samples from for these options: its own warpers, then a softmax."""
-    from transformers.generation.logits_process import (MinPLogitsWarper, TemperatureLogitsWarper, TopKLogitsWarper,
-                                                        TopPLogitsWarper)
+    from transformers.generation.logits_process import (
+        MinPLogitsWarper,
+        TemperatureLogitsWarper,
+        TopKLogitsWarper,
+        TopPLogitsWarper,
+    )
 
     scores = logits[None].float()
     if kw.get("temperature"):
@@ -60,13 +76,21 @@ def transformers_probs(logits, **kw):
     return torch.softmax(scores[0].double(), dim=-1)
 
 
-@pytest.mark.parametrize("kw", [dict(temperature=1.5), dict(temperature=0.8, top_k=20, top_p=0.9),
-                                dict(temperature=1.2, top_p=0.8, min_p=0.05)])
+@pytest.mark.parametrize(
+    "kw",
+    [
+        dict(temperature=1.5),
+        dict(temperature=0.8, top_k=20, top_p=0.9),
+        dict(temperature=1.2, top_p=0.8, min_p=0.05),
+    ],
+)
 def test_sampled_first_token_follows_transformers_distribution(dec, kw):
     """20000 draws of the first new token against the distribution transformers' warpers give (chi-square)."""
     logits = dec.forward(PROMPT)[-1]
     probs = transformers_probs(logits, **kw)
-    sampler = Sampler(SamplingParams(do_sample=True, **kw), PROMPT.shape[1], torch.Generator().manual_seed(0))
+    sampler = Sampler(
+        SamplingParams(do_sample=True, **kw), PROMPT.shape[1], torch.Generator().manual_seed(0)
+    )
     n = 20000
     counts = torch.zeros_like(probs)
     for _ in range(n):
@@ -76,11 +100,18 @@ def test_sampled_first_token_follows_transformers_distribution(dec, kw):
     big = expected >= 5  # chi-square needs >= 5 expected per bin: pool the rest into one bin
     obs, exp = counts[big], expected[big]
     if expected[~big].sum() > 0:
-        obs, exp = torch.cat([obs, counts[~big].sum()[None]]), torch.cat([exp, expected[~big].sum()[None]])
+        obs, exp = (
+            torch.cat([obs, counts[~big].sum()[None]]),
+            torch.cat([exp, expected[~big].sum()[None]]),
+        )
     assert len(obs) >= 3
     stat = float(((obs - exp) ** 2 / exp).sum())
-    pvalue = float(torch.special.gammaincc(torch.tensor((len(obs) - 1) / 2, dtype=torch.float64),
-                                           torch.tensor(stat / 2, dtype=torch.float64)))  # chi2 survival function
+    pvalue = float(
+        torch.special.gammaincc(
+            torch.tensor((len(obs) - 1) / 2, dtype=torch.float64),
+            torch.tensor(stat / 2, dtype=torch.float64),
+        )
+    )  # chi2 survival function
     assert pvalue > 1e-3, (stat, pvalue)
 
 
@@ -89,29 +120,42 @@ def test_generate_uses_one_draw_per_position(dec):
     for seed in range(20):
         logits = dec.forward(PROMPT)[-1]
         probs = torch.softmax(logits.double(), dim=-1)
-        u = float(torch.rand((), generator=torch.Generator().manual_seed(seed), dtype=torch.float64))
+        u = float(
+            torch.rand((), generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+        )
         expected = int(torch.searchsorted(torch.cumsum(probs, 0), torch.tensor([u]), right=True))
         assert int(sample(dec, seed)[0, PROMPT.shape[1]]) == expected
 
 
-@pytest.mark.parametrize("kw, message", [
-    (dict(temperature=0.0), "temperature"),
-    (dict(temperature=-1.0), "temperature"),
-    (dict(top_p=1.5), "top_p"),
-    (dict(top_p=0.0), "top_p"),
-    (dict(top_k=-3), "top_k"),
-    (dict(min_p=2.0), "min_p"),
-    (dict(repetition_penalty=0.0), "repetition_penalty"),
-    (dict(min_new_tokens=-1), "min_new_tokens"),
-])
+@pytest.mark.parametrize(
+    "kw, message",
+    [
+        (dict(temperature=0.0), "temperature"),
+        (dict(temperature=-1.0), "temperature"),
+        (dict(top_p=1.5), "top_p"),
+        (dict(top_p=0.0), "top_p"),
+        (dict(top_k=-3), "top_k"),
+        (dict(min_p=2.0), "min_p"),
+        (dict(repetition_penalty=0.0), "repetition_penalty"),
+        (dict(min_new_tokens=-1), "min_new_tokens"),
+    ],
+)
 def test_invalid_sampling_values(dec, kw, message):
     with pytest.raises(ValueError, match=message):
         sample(dec, 0, **kw)
 
 
-@pytest.mark.parametrize("kw", [dict(top_p=0.9), dict(top_k=40), dict(top_k=7, top_p=0.95),
-                                dict(temperature=0.7, top_p=0.9), dict(min_p=0.05),
-                                dict(top_k=100, top_p=0.5, min_p=0.1)])
+@pytest.mark.parametrize(
+    "kw",
+    [
+        dict(top_p=0.9),
+        dict(top_k=40),
+        dict(top_k=7, top_p=0.95),
+        dict(temperature=0.7, top_p=0.9),
+        dict(min_p=0.05),
+        dict(top_k=100, top_p=0.5, min_p=0.1),
+    ],
+)
 def test_kept_tokens_are_transformers_set(kw):
     """The tokens our warpers keep (found among the likeliest first) are those transformers' warpers keep, over
     peaked and flat distributions of small and large vocabularies (flat ones need the wider candidate sets and the
@@ -141,11 +185,15 @@ def test_kept_tokens_are_transformers_set(kw):
 
 def test_penalties_match_transformers():
     """Repetition penalty and min_new_tokens give transformers' scores exactly (eos only until the minimum)."""
-    from transformers.generation.logits_process import (MinNewTokensLengthLogitsProcessor,
-                                                        RepetitionPenaltyLogitsProcessor)
+    from transformers.generation.logits_process import (
+        MinNewTokensLengthLogitsProcessor,
+        RepetitionPenaltyLogitsProcessor,
+    )
 
     eos = [3, 7, 2000]  # one id outside this vocabulary
-    sampler = Sampler(SamplingParams(repetition_penalty=1.3, min_new_tokens=4, eos_token_ids=eos), 5, None)
+    sampler = Sampler(
+        SamplingParams(repetition_penalty=1.3, min_new_tokens=4, eos_token_ids=eos), 5, None
+    )
     penalty = RepetitionPenaltyLogitsProcessor(1.3)
     min_new = MinNewTokensLengthLogitsProcessor(5, 4, torch.tensor(eos))
     g = torch.Generator().manual_seed(1)
@@ -156,4 +204,6 @@ def test_penalties_match_transformers():
         ours = sampler.processed(scores, context[0].tolist())
         assert torch.equal(torch.from_numpy(ours), theirs), length
         assert (ours[3] == -np.inf) == (length < 9)
-    assert torch.equal(scores, torch.randn(1000, generator=torch.Generator().manual_seed(1)) * 4)  # not modified
+    assert torch.equal(
+        scores, torch.randn(1000, generator=torch.Generator().manual_seed(1)) * 4
+    )  # not modified

@@ -10,13 +10,19 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 import torch
+from helpers import tiny_llama
 from transformers import AutoTokenizer
 
-from helpers import tiny_llama
 from kwker.decode import KwkDecoder
 from kwker.serve import QueueFull, ServingEngine, create_app
 
-PROMPTS = [[5, 9, 33, 102, 7, 61, 5, 9, 33], [400, 12], [7] * 40, [3, 1, 4, 1, 5, 9, 2, 6], [88, 77, 66]]
+PROMPTS = [
+    [5, 9, 33, 102, 7, 61, 5, 9, 33],
+    [400, 12],
+    [7] * 40,
+    [3, 1, 4, 1, 5, 9, 2, 6],
+    [88, 77, 66],
+]
 
 
 @pytest.fixture(scope="module")
@@ -29,8 +35,15 @@ def alone(model):
     dec = KwkDecoder(model, max_cache_len=256)
 
     def run(prompt, n, seed=None):
-        kw = dict(do_sample=True, temperature=1.1, generator=torch.Generator().manual_seed(seed)) if seed else {}
-        return dec.generate(torch.tensor([prompt]), max_new_tokens=n, eos_token_id=[], **kw)[0, len(prompt):].tolist()
+        kw = (
+            dict(do_sample=True, temperature=1.1, generator=torch.Generator().manual_seed(seed))
+            if seed
+            else {}
+        )
+        return dec.generate(torch.tensor([prompt]), max_new_tokens=n, eos_token_id=[], **kw)[
+            0, len(prompt) :
+        ].tolist()
+
     return run
 
 
@@ -42,7 +55,11 @@ def test_requests_arriving_over_time_get_what_they_get_alone(model, alone):
         def client(i):
             time.sleep(0.01 * i)  # arrive while others run
             seed = i + 1 if i % 2 else None
-            kw = dict(do_sample=True, temperature=1.1, generator=torch.Generator().manual_seed(seed)) if seed else {}
+            kw = (
+                dict(do_sample=True, temperature=1.1, generator=torch.Generator().manual_seed(seed))
+                if seed
+                else {}
+            )
             req = engine.submit(PROMPTS[i % len(PROMPTS)], 20 + i, eos_token_id=[], **kw)
             results[i] = (req.tokens(), seed)
 
@@ -81,15 +98,23 @@ def server(model):
 
     from kwker.models.loader import resolve_model
 
-    tokenizer = AutoTokenizer.from_pretrained(resolve_model(None))  # SmolLM2's real tokenizer, 49152 tokens
+    tokenizer = AutoTokenizer.from_pretrained(
+        resolve_model(None)
+    )  # SmolLM2's real tokenizer, 49152 tokens
     dec = KwkDecoder(model, max_cache_len=256, max_batch=4, tokenizer=tokenizer)
     engine = ServingEngine(dec, tokenizer)
     engine.start()
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    srv = uvicorn.Server(uvicorn.Config(create_app(engine, "tiny", api_key="sekret"), host="127.0.0.1", port=port,
-                                        log_level="warning"))
+    srv = uvicorn.Server(
+        uvicorn.Config(
+            create_app(engine, "tiny", api_key="sekret"),
+            host="127.0.0.1",
+            port=port,
+            log_level="warning",
+        )
+    )
     thread = threading.Thread(target=srv.run, daemon=True)
     thread.start()
     while not srv.started:
@@ -107,17 +132,25 @@ def test_openai_client_chat_and_stream(server, alone):
     client = OpenAI(base_url=url, api_key="sekret")
     assert [m.id for m in client.models.list()] == ["tiny"]
     messages = [{"role": "user", "content": "Hello there"}]
-    ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=True)["input_ids"]
+    ids = tokenizer.apply_chat_template(
+        messages, add_generation_prompt=True, tokenize=True, return_dict=True
+    )["input_ids"]
     expect = tokenizer.decode(alone(list(ids), 12), skip_special_tokens=True)
-    r = client.chat.completions.create(model="tiny", messages=messages, max_tokens=12, temperature=0)
+    r = client.chat.completions.create(
+        model="tiny", messages=messages, max_tokens=12, temperature=0
+    )
     assert r.choices[0].message.content == expect
     assert r.usage.completion_tokens == 12 and r.usage.prompt_tokens == len(ids)
-    stream = client.chat.completions.create(model="tiny", messages=messages, max_tokens=12, temperature=0,
-                                            stream=True)
+    stream = client.chat.completions.create(
+        model="tiny", messages=messages, max_tokens=12, temperature=0, stream=True
+    )
     assert "".join(c.choices[0].delta.content or "" for c in stream) == expect
-    text = client.completions.create(model="tiny", prompt="Once upon a time", max_tokens=8, temperature=0)
-    assert text.choices[0].text == tokenizer.decode(alone(tokenizer("Once upon a time")["input_ids"], 8),
-                                                    skip_special_tokens=True)
+    text = client.completions.create(
+        model="tiny", prompt="Once upon a time", max_tokens=8, temperature=0
+    )
+    assert text.choices[0].text == tokenizer.decode(
+        alone(tokenizer("Once upon a time")["input_ids"], 8), skip_special_tokens=True
+    )
 
 
 def test_bad_requests_get_4xx_and_the_server_keeps_serving(server):
@@ -129,7 +162,11 @@ def test_bad_requests_get_4xx_and_the_server_keeps_serving(server):
     assert r.status_code == 404 and "unknown model 'gpt-9'" in r.json()["error"]["message"]
     r = httpx.post(f"{url}/completions", json={**ok, "prompt": "word " * 400}, headers=auth)
     assert r.status_code == 400 and "context is 256 tokens" in r.json()["error"]["message"]
-    r = httpx.post(f"{url}/completions", content=b"{not json", headers={**auth, "content-type": "application/json"})
+    r = httpx.post(
+        f"{url}/completions",
+        content=b"{not json",
+        headers={**auth, "content-type": "application/json"},
+    )
     assert r.status_code == 400 and "not valid JSON" in r.json()["error"]["message"]
     r = httpx.post(f"{url}/completions", json={**ok, "temperature": -1}, headers=auth)
     assert r.status_code == 400 and "temperature" in r.json()["error"]["message"]
@@ -140,11 +177,19 @@ def test_bad_requests_get_4xx_and_the_server_keeps_serving(server):
 def test_closing_a_stream_cancels_it(server):
     url, _ = server
     auth = {"Authorization": "Bearer sekret"}
-    body = {"model": "tiny", "prompt": "Tell me everything", "max_tokens": 200, "temperature": 0, "stream": True}
+    body = {
+        "model": "tiny",
+        "prompt": "Tell me everything",
+        "max_tokens": 200,
+        "temperature": 0,
+        "stream": True,
+    }
     with httpx.stream("POST", f"{url}/completions", json=body, headers=auth) as r:
-        lines = [line for _, line in zip(range(3), r.iter_lines()) if line]
-    assert lines and json.loads(lines[0][len("data: "):])["object"] == "text_completion"
-    r = httpx.post(f"{url}/completions", json={**body, "stream": False, "max_tokens": 3}, headers=auth)
+        lines = [line for _, line in zip(range(3), r.iter_lines(), strict=False) if line]
+    assert lines and json.loads(lines[0][len("data: ") :])["object"] == "text_completion"
+    r = httpx.post(
+        f"{url}/completions", json={**body, "stream": False, "max_tokens": 3}, headers=auth
+    )
     assert r.status_code == 200
 
 
@@ -154,8 +199,12 @@ def test_load_64_requests_from_16_clients(server, alone):
     prompts = [f"Question number {i}: what comes next?" for i in range(64)]
 
     def ask(i):
-        r = httpx.post(f"{url}/completions", headers=auth, timeout=120,
-                       json={"model": "tiny", "prompt": prompts[i], "max_tokens": 6 + i % 5, "temperature": 0})
+        r = httpx.post(
+            f"{url}/completions",
+            headers=auth,
+            timeout=120,
+            json={"model": "tiny", "prompt": prompts[i], "max_tokens": 6 + i % 5, "temperature": 0},
+        )
         return i, r.status_code, r.json()
 
     with ThreadPoolExecutor(16) as pool:
@@ -163,4 +212,6 @@ def test_load_64_requests_from_16_clients(server, alone):
     assert all(status == 200 for _, status, _ in answers)
     for i, _, body in answers:
         ids = tokenizer(prompts[i])["input_ids"]
-        assert body["choices"][0]["text"] == tokenizer.decode(alone(ids, 6 + i % 5), skip_special_tokens=True), i
+        assert body["choices"][0]["text"] == tokenizer.decode(
+            alone(ids, 6 + i % 5), skip_special_tokens=True
+        ), i

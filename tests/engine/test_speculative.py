@@ -3,8 +3,8 @@ prompt lookup and a draft model, bit for bit (the batch-invariant kernels make t
 
 import pytest
 import torch
-
 from helpers import tiny_llama
+
 from kwker.decode import KwkDecoder
 from kwker.speculative import LookupProposer, Speculator, StepCosts
 
@@ -26,8 +26,12 @@ def small():
 def run(dec, prompt, seed=None, **kw):
     sampling = {}
     if seed is not None:
-        sampling = dict(do_sample=True, temperature=1.3, top_k=40, generator=torch.Generator().manual_seed(seed))
-    return dec.generate(torch.tensor([prompt]), max_new_tokens=40, eos_token_id=[], **sampling, **kw)
+        sampling = dict(
+            do_sample=True, temperature=1.3, top_k=40, generator=torch.Generator().manual_seed(seed)
+        )
+    return dec.generate(
+        torch.tensor([prompt]), max_new_tokens=40, eos_token_id=[], **sampling, **kw
+    )
 
 
 @pytest.mark.parametrize("precision", [None, "bf16", "fp16", "balanced", "int4"])
@@ -55,13 +59,18 @@ def test_seeded_sampling_same_with_self_draft_in_bf16(target):
     dec = KwkDecoder(target, max_cache_len=128, precision="bf16")
     draft = KwkDecoder(target, max_cache_len=128, precision="bf16")
     for seed in range(4):
-        assert torch.equal(run(dec, PLAIN, seed=seed, lookup=0, draft=draft), run(dec, PLAIN, seed=seed, lookup=0))
+        assert torch.equal(
+            run(dec, PLAIN, seed=seed, lookup=0, draft=draft), run(dec, PLAIN, seed=seed, lookup=0)
+        )
 
 
 def test_self_draft_accepts_every_token(target, monkeypatch):
     # a self-draft never pays for its time, so the speculator would soon stop asking it: make it always propose 4
-    monkeypatch.setattr(Speculator, "_best_k",
-                        lambda self, source, room, accept=None: min(4, room) if source == "draft" else 0)
+    monkeypatch.setattr(
+        Speculator,
+        "_best_k",
+        lambda self, source, room, accept=None: min(4, room) if source == "draft" else 0,
+    )
     dec = KwkDecoder(target, max_cache_len=128)
     same = KwkDecoder(target, max_cache_len=128)
     run(dec, PLAIN, lookup=0, draft=same)
@@ -76,7 +85,9 @@ def test_lookup_accepts_on_repetitive_text_and_records_stats(target):
     out = run(dec, REPEATS)
     s = dec.last_stats
     assert s.proposed.get("lookup", 0) > 0 and 0 <= s.accepted["lookup"] <= s.proposed["lookup"]
-    assert s.new_tokens == 40 and s.steps + s.accepted["lookup"] == 39  # each step: accepted + one of its own
+    assert (
+        s.new_tokens == 40 and s.steps + s.accepted["lookup"] == 39
+    )  # each step: accepted + one of its own
     assert out.shape == (1, len(REPEATS) + 40)
 
 
@@ -84,7 +95,9 @@ def test_draft_with_another_tokenizer_is_refused(target):
     other = tiny_llama(seed=3, vocab=1200, hidden=48, heads=2, kv_heads=1, inter=64, layers=1)
     dec = KwkDecoder(target, max_cache_len=64)
     with pytest.raises(ValueError, match="vocabulary sizes differ"):
-        dec.generate(torch.tensor([PLAIN]), max_new_tokens=4, draft=KwkDecoder(other, max_cache_len=64))
+        dec.generate(
+            torch.tensor([PLAIN]), max_new_tokens=4, draft=KwkDecoder(other, max_cache_len=64)
+        )
     with pytest.raises(ValueError, match="lookup"):
         dec.generate(torch.tensor([PLAIN]), max_new_tokens=4, lookup=-1)
 
@@ -100,12 +113,19 @@ def test_lookup_proposes_what_followed_the_latest_match():
 def test_step_times_measured_by_earlier_sequences_let_a_new_one_propose_at_once():
     text = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12] * 3 + [1, 2, 3]
     fresh = Speculator(LookupProposer(), None, lookup_max=8)
-    assert fresh.propose(text, room=50) == (None, [])  # no 1-token step measured yet: a plain step first
+    assert fresh.propose(text, room=50) == (
+        None,
+        [],
+    )  # no 1-token step measured yet: a plain step first
     # a decoder whose steps cost the same from 1 to 9 tokens (the costs its earlier sequences measured)
     measured = {fed: 1.0 for fed in range(2, 10)}
-    spec = Speculator(LookupProposer(), None, lookup_max=8, costs=StepCosts(step1_s=0.004, relative=measured))
+    spec = Speculator(
+        LookupProposer(), None, lookup_max=8, costs=StepCosts(step1_s=0.004, relative=measured)
+    )
     source, cands = spec.propose(text, room=50)
-    assert source == "lookup" and len(cands) > 2 and cands == [4, 5, 6, 7, 8, 9, 10, 11][:len(cands)]
+    assert (
+        source == "lookup" and len(cands) > 2 and cands == [4, 5, 6, 7, 8, 9, 10, 11][: len(cands)]
+    )
     # a sequence on its own measures the 1-token step first, and then tries one token more at a time
     for _ in range(Speculator.PLAIN_WARMUP):
         fresh.feedback(None, 0, 0, 1, 0.004, None)
@@ -124,15 +144,21 @@ def test_step_costs_are_relative_to_the_one_token_step_of_their_moment():
     for _ in range(20):  # the machine slows down by half
         spec.feedback(None, 0, 0, 1, 0.008, None)
     assert costs.relative[4] == pytest.approx(1.25) and spec._cost(4) == pytest.approx(1.25)
-    spec.feedback("lookup", 1, 1, 2, 0.024, None)  # one 2-token step hit by noise: 3 one-token steps
-    assert spec._cost(2) == pytest.approx(1.25)  # no wider step was dearer than 1.25: neither is this one
+    spec.feedback(
+        "lookup", 1, 1, 2, 0.024, None
+    )  # one 2-token step hit by noise: 3 one-token steps
+    assert spec._cost(2) == pytest.approx(
+        1.25
+    )  # no wider step was dearer than 1.25: neither is this one
     assert spec._cost(5) == pytest.approx(1.0 + 0.08 * 4)  # wider than anything measured: the prior
 
 
 def test_a_decoder_shares_step_times_between_its_generations(target):
     dec = KwkDecoder(target, max_cache_len=128)
     first = run(dec, REPEATS)
-    assert dec._solo_costs.step1_s > 0 and dec._solo_costs.relative  # plain and verify steps were timed
+    assert (
+        dec._solo_costs.step1_s > 0 and dec._solo_costs.relative
+    )  # plain and verify steps were timed
     dec.reset()
     assert torch.equal(run(dec, REPEATS), first)  # the shared costs change only how it proposes
 
@@ -148,10 +174,16 @@ def test_a_draft_cost_measured_by_earlier_sequences_is_not_forgotten():
             return [7] * k
 
     draft, costs = Draft(), StepCosts(step1_s=0.004, relative={2: 1.125, 3: 1.25})
-    assert Speculator(None, draft, costs=costs).propose([1, 2, 3], room=8)[0] == "draft"  # not measured: tried
-    costs.draft_token[id(draft.draft)] = 5.0  # an earlier sequence found a proposal costs 5 target steps
+    assert (
+        Speculator(None, draft, costs=costs).propose([1, 2, 3], room=8)[0] == "draft"
+    )  # not measured: tried
+    costs.draft_token[id(draft.draft)] = (
+        5.0  # an earlier sequence found a proposal costs 5 target steps
+    )
     assert Speculator(None, draft, costs=costs).propose([1, 2, 3], room=8) == (None, [])
-    assert Speculator(None, Draft(), costs=costs).propose([1, 2, 3], room=8)[0] == "draft"  # another draft: tried
+    assert (
+        Speculator(None, Draft(), costs=costs).propose([1, 2, 3], room=8)[0] == "draft"
+    )  # another draft: tried
 
 
 def test_a_draft_that_does_not_pay_on_its_record_is_probed_with_backoff():
@@ -159,8 +191,10 @@ def test_a_draft_that_does_not_pay_on_its_record_is_probed_with_backoff():
         name = "draft"
 
         def __init__(self):
-            self.draft, self.behind = object(), 99  # always catching up: its proposals are not timed
-
+            self.draft, self.behind = (
+                object(),
+                99,
+            )  # always catching up: its proposals are not timed
 
         def propose(self, tokens, k):
             return [7] * k
@@ -175,7 +209,9 @@ def test_a_draft_that_does_not_pay_on_its_record_is_probed_with_backoff():
     assert source == "draft" and cands  # probed at once
     spec.feedback(source, len(cands), len(cands), len(cands) + 1, 0.0045, None)  # wholly accepted
     source, cands = spec.propose([1, 2, 3], room=8)
-    assert source == "draft" and spec._best_k("draft", 8) == 0  # so probed again (its record does not pay yet)
+    assert (
+        source == "draft" and spec._best_k("draft", 8) == 0
+    )  # so probed again (its record does not pay yet)
     spec.feedback(source, len(cands), 0, len(cands) + 1, 0.0045, None)  # rejected: the gap doubles
     gaps = []
     for _ in range(3):  # then, while its record stays low, probes only after 16, 32, 64 steps
@@ -204,10 +240,14 @@ def test_with_both_sources_the_one_expecting_more_tokens_per_time_proposes():
     draft = Draft()
     costs.draft_token[id(draft.draft)] = 0.1  # a cheap draft
     spec = Speculator(LookupProposer(), draft, costs=costs)
-    spec.accept.update(lookup=0.9, draft=0.3)  # lookup's matches are being accepted, the draft's tokens are not
+    spec.accept.update(
+        lookup=0.9, draft=0.3
+    )  # lookup's matches are being accepted, the draft's tokens are not
     assert spec.propose(text, room=50)[0] == "lookup"
     spec.accept.update(lookup=0.3, draft=0.95)  # the other way round
     source, cands = spec.propose(text, room=50)
     assert source == "draft" and set(cands) == {99}
-    spec.feedback(source, len(cands), 0, len(cands) + 1, 0.004, next_token=3)  # lookup would have been right
+    spec.feedback(
+        source, len(cands), 0, len(cands) + 1, 0.004, next_token=3
+    )  # lookup would have been right
     assert spec.accept["lookup"] > 0.3  # lookup's record still learns while the draft proposes

@@ -3,6 +3,7 @@
 import time
 
 from helpers import tiny_llama
+
 from kwker.decode import KwkDecoder
 from kwker.streaming import StreamingDetokenizer
 
@@ -16,7 +17,9 @@ def make():
 def test_stream_matches_generate_and_reports_stats():
     dec = make()
     chunks = list(dec.stream_generate(PROMPT, max_new_tokens=10, eos_token_id=[], lookup=0))
-    assert [c.token for c in chunks] == dec.generate(PROMPT, max_new_tokens=10, eos_token_id=[])[0, 6:].tolist()
+    assert [c.token for c in chunks] == dec.generate(PROMPT, max_new_tokens=10, eos_token_id=[])[
+        0, 6:
+    ].tolist()
     assert [c.finish_reason for c in chunks] == [None] * 9 + ["length"]
     stats = chunks[-1].stats
     assert stats.new_tokens == 10 and stats.steps == 9 and stats.prompt_tokens == 6
@@ -25,7 +28,9 @@ def test_stream_matches_generate_and_reports_stats():
 def test_closing_the_stream_stops_and_keeps_the_cache_consistent():
     dec = make()
     full = dec.generate(PROMPT, max_new_tokens=12, eos_token_id=[])[0].tolist()
-    stream = dec.stream_generate(PROMPT, max_new_tokens=12, eos_token_id=[], lookup=0)  # one token per step
+    stream = dec.stream_generate(
+        PROMPT, max_new_tokens=12, eos_token_id=[], lookup=0
+    )  # one token per step
     first = [next(stream).token for _ in range(4)]
     stream.close()
     assert first == full[6:10]
@@ -41,7 +46,9 @@ def test_chat_turn_reuses_the_history():
     turn1 = dec.generate(PROMPT, max_new_tokens=5, eos_token_id=[])[0].tolist()
     history = turn1 + [99, 100, 101]
     turn2 = dec.generate(history, max_new_tokens=5, eos_token_id=[])[0].tolist()
-    assert dec.last_stats.reused_prompt_tokens == len(turn1) - 1  # the last answer token was never fed
+    assert (
+        dec.last_stats.reused_prompt_tokens == len(turn1) - 1
+    )  # the last answer token was never fed
     dec.reset()
     assert dec.generate(history, max_new_tokens=5, eos_token_id=[])[0].tolist() == turn2
     assert dec.last_stats.reused_prompt_tokens == 0
@@ -56,7 +63,9 @@ def test_a_diverging_prompt_reuses_only_the_shared_prefix_and_then_its_own_text(
     assert turn2 == fresh.generate(other, max_new_tokens=6, eos_token_id=[])[0].tolist()
     fresh.reset()
     turn3 = dec.generate(turn2 + [5], max_new_tokens=4, eos_token_id=[])[0].tolist()
-    assert dec.last_stats.reused_prompt_tokens == len(turn2) - 1  # not a token of turn1's stale tail
+    assert (
+        dec.last_stats.reused_prompt_tokens == len(turn2) - 1
+    )  # not a token of turn1's stale tail
     assert turn3 == fresh.generate(turn2 + [5], max_new_tokens=4, eos_token_id=[])[0].tolist()
     assert turn1 != turn2
 
@@ -66,7 +75,7 @@ def test_generation_rate_is_the_wall_clock_the_consumer_sees():
     most 50 tokens/s, whatever the native steps take."""
     dec = make()
     t0 = time.perf_counter()
-    for chunk in dec.stream_generate(PROMPT, max_new_tokens=10, eos_token_id=[], lookup=0):
+    for chunk in dec.stream_generate(PROMPT, max_new_tokens=10, eos_token_id=[], lookup=0):  # noqa: B007 (the last is read below)
         time.sleep(0.02)
     total = time.perf_counter() - t0
     stats = chunk.stats
@@ -79,7 +88,7 @@ def test_eos_ends_the_stream():
     free = dec.generate(PROMPT, max_new_tokens=6, eos_token_id=[])[0, 6:].tolist()
     eos = free[-1]
     chunks = list(dec.stream_generate(PROMPT, max_new_tokens=6, eos_token_id=eos))
-    assert [c.token for c in chunks] == free[:free.index(eos) + 1]
+    assert [c.token for c in chunks] == free[: free.index(eos) + 1]
     assert chunks[-1].finish_reason == "eos"
 
 

@@ -95,7 +95,7 @@ def test_a_stream_closed_midway_lets_the_waiting_thread_in(dec, solo):
     stream.close()
     assert done.wait(JOIN_S)
     waiter.join()
-    assert got == solo[2][len(PROMPTS[2]):][:3] and out["tokens"] == solo[3]
+    assert got == solo[2][len(PROMPTS[2]) :][:3] and out["tokens"] == solo[3]
 
 
 def test_a_dropped_stream_and_a_failed_step_let_go(dec, solo):
@@ -116,8 +116,9 @@ def test_a_dropped_stream_and_a_failed_step_let_go(dec, solo):
     finally:
         runner.extend = real
     out = {}
-    run_threads([lambda: out.update(t=dec.generate(PROMPTS[5], max_new_tokens=NEW,
-                                                   eos_token_id=[]))])
+    run_threads(
+        [lambda: out.update(t=dec.generate(PROMPTS[5], max_new_tokens=NEW, eos_token_id=[]))]
+    )
     assert out["t"][0].tolist() == solo[5]
 
 

@@ -2,10 +2,10 @@
 
 import pytest
 import torch
+from helpers import tiny_llama
 from transformers import OPTConfig, OPTForCausalLM
 
 import kwker.torch_ops as ops
-from helpers import tiny_llama
 
 PROMPT = torch.tensor([[3, 17, 250, 9, 40, 511, 7, 99, 300, 12, 5]])
 
@@ -19,8 +19,17 @@ def installed():
 
 def opt():
     torch.manual_seed(1)
-    model = OPTForCausalLM(OPTConfig(vocab_size=1000, hidden_size=64, num_hidden_layers=2, ffn_dim=128,
-                                     num_attention_heads=4, max_position_embeddings=256, word_embed_proj_dim=64))
+    model = OPTForCausalLM(
+        OPTConfig(
+            vocab_size=1000,
+            hidden_size=64,
+            num_hidden_layers=2,
+            ffn_dim=128,
+            num_attention_heads=4,
+            max_position_embeddings=256,
+            word_embed_proj_dim=64,
+        )
+    )
     with torch.no_grad():
         for p in model.parameters():
             if p.dim() == 2:
@@ -28,11 +37,18 @@ def opt():
     return model.eval()
 
 
-@pytest.mark.parametrize("make", [lambda: tiny_llama(tied=False, bias=True), opt], ids=["llama-bias", "opt"])
+@pytest.mark.parametrize(
+    "make", [lambda: tiny_llama(tied=False, bias=True), opt], ids=["llama-bias", "opt"]
+)
 def test_same_greedy_tokens_and_close_logits(make):
     model = make()
-    kw = dict(attention_mask=torch.ones_like(PROMPT), max_new_tokens=30, min_new_tokens=30, do_sample=False,
-              pad_token_id=0)
+    kw = dict(
+        attention_mask=torch.ones_like(PROMPT),
+        max_new_tokens=30,
+        min_new_tokens=30,
+        do_sample=False,
+        pad_token_id=0,
+    )
     with torch.no_grad():
         ref_logits = model(PROMPT).logits
     ref = model.generate(PROMPT, **kw)
@@ -43,8 +59,12 @@ def test_same_greedy_tokens_and_close_logits(make):
         assert torch.nn.Linear.forward is not original
         with torch.no_grad():
             logits = model(PROMPT).logits
-        assert not torch.equal(logits, ref_logits)  # really another kernel (its own summation order)...
-        assert float((logits - ref_logits).abs().max() / ref_logits.abs().max()) < 1e-5  # ...of the same sums
+        assert not torch.equal(
+            logits, ref_logits
+        )  # really another kernel (its own summation order)...
+        assert (
+            float((logits - ref_logits).abs().max() / ref_logits.abs().max()) < 1e-5
+        )  # ...of the same sums
         assert torch.equal(model.generate(PROMPT, **kw), ref)
     finally:
         ops.uninstall()
@@ -66,7 +86,9 @@ def test_linear_matches_torch_on_awkward_shapes(installed):
             assert torch.allclose(y.double(), ref, rtol=1e-5, atol=1e-5 * k)
         x = torch.randn(5, 2 * k)[:, ::2]  # non-contiguous rows
         with torch.no_grad():
-            assert torch.allclose(lin(x), x.contiguous() @ lin.weight.T + (lin.bias if bias else 0), atol=1e-5 * k)
+            assert torch.allclose(
+                lin(x), x.contiguous() @ lin.weight.T + (lin.bias if bias else 0), atol=1e-5 * k
+            )
 
 
 def test_weights_changed_in_place_are_repacked(installed):
@@ -99,8 +121,15 @@ def test_real_smollm2_greedy_tokens_unchanged(smollm2):
         try:
             for prompt in ("The capital of France is", "def add(a, b):"):
                 ids = tokenizer(prompt, return_tensors="pt").input_ids
-                outs.append(model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=32,
-                                           do_sample=False, pad_token_id=tokenizer.eos_token_id))
+                outs.append(
+                    model.generate(
+                        ids,
+                        attention_mask=torch.ones_like(ids),
+                        max_new_tokens=32,
+                        do_sample=False,
+                        pad_token_id=tokenizer.eos_token_id,
+                    )
+                )
         finally:
             ops.uninstall()
-    assert all(torch.equal(a, b) for a, b in zip(outs[:2], outs[2:]))
+    assert all(torch.equal(a, b) for a, b in zip(outs[:2], outs[2:], strict=True))

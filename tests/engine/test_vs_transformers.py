@@ -9,24 +9,46 @@ Tolerances (max abs difference relative to the largest |logit| of the reference)
 
 import pytest
 import torch
-
 from helpers import tiny_llama
+
 from kwker.decode import KwkDecoder
 
 SHAPES = {
     "hd32-gqa1-tied": dict(hidden=64, heads=2, kv_heads=2, inter=96),
     "hd64-gqa3-untied": dict(hidden=192, heads=3, kv_heads=1, inter=200, tied=False),
     "hd128-gqa4": dict(hidden=256, heads=4, kv_heads=1, inter=320, layers=3),
-    "odd-vocab-bias": dict(vocab=1003, hidden=96, heads=3, kv_heads=3, inter=131, bias=True, tied=False),
+    "odd-vocab-bias": dict(
+        vocab=1003, hidden=96, heads=3, kv_heads=3, inter=131, bias=True, tied=False
+    ),
     "hd-not-pad-multiple": dict(vocab=517, hidden=72, heads=3, kv_heads=1, inter=100),
     "explicit-head-dim": dict(hidden=64, heads=4, kv_heads=2, head_dim=48, inter=128),
-    "llama3-rope": dict(hidden=128, heads=2, kv_heads=1, rope_parameters=dict(
-        rope_type="llama3", rope_theta=500000.0, factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
-        original_max_position_embeddings=64)),
-    "linear-rope": dict(hidden=128, heads=2, kv_heads=1, rope_parameters=dict(
-        rope_type="linear", rope_theta=10000.0, factor=4.0)),
-    "yarn-rope": dict(hidden=128, heads=2, kv_heads=1, rope_parameters=dict(
-        rope_type="yarn", rope_theta=10000.0, factor=4.0, original_max_position_embeddings=64)),
+    "llama3-rope": dict(
+        hidden=128,
+        heads=2,
+        kv_heads=1,
+        rope_parameters=dict(
+            rope_type="llama3",
+            rope_theta=500000.0,
+            factor=8.0,
+            low_freq_factor=1.0,
+            high_freq_factor=4.0,
+            original_max_position_embeddings=64,
+        ),
+    ),
+    "linear-rope": dict(
+        hidden=128,
+        heads=2,
+        kv_heads=1,
+        rope_parameters=dict(rope_type="linear", rope_theta=10000.0, factor=4.0),
+    ),
+    "yarn-rope": dict(
+        hidden=128,
+        heads=2,
+        kv_heads=1,
+        rope_parameters=dict(
+            rope_type="yarn", rope_theta=10000.0, factor=4.0, original_max_position_embeddings=64
+        ),
+    ),
 }
 PROMPT = [[3, 17, 250, 9, 40, 511, 7, 99, 300, 12, 5, 6, 44, 401, 2, 81, 130, 65, 1, 0]]
 
@@ -44,8 +66,14 @@ def test_fp32_logits_and_greedy_match_transformers(shape):
         ref = model(ids).logits[0]
     assert rel_err(dec.forward(ids), ref) < 1e-4
     ours = dec.generate(ids, max_new_tokens=32, min_new_tokens=32)
-    theirs = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=32, min_new_tokens=32,
-                            do_sample=False, pad_token_id=0)
+    theirs = model.generate(
+        ids,
+        attention_mask=torch.ones_like(ids),
+        max_new_tokens=32,
+        min_new_tokens=32,
+        do_sample=False,
+        pad_token_id=0,
+    )
     assert torch.equal(ours, theirs)
 
 
@@ -70,7 +98,9 @@ def test_bf16_precision_from_fp32_model():
     model = tiny_llama(**SHAPES["hd64-gqa3-untied"])
     ids = torch.tensor(PROMPT)
     dec = KwkDecoder(model, max_cache_len=64, precision="bf16", kv_cache="fp32")
-    assert dec.weight_bytes_per_token * 2 == KwkDecoder(model, max_cache_len=64).weight_bytes_per_token
+    assert (
+        dec.weight_bytes_per_token * 2 == KwkDecoder(model, max_cache_len=64).weight_bytes_per_token
+    )
     with torch.no_grad():  # precision="bf16" rounds the matrices; norms stay float32
         for p in model.parameters():
             if p.dim() == 2:

@@ -16,11 +16,11 @@ def page_examples(text: str) -> list[tuple[str, str]]:
     while i < len(lines):
         if lines[i].startswith("Python") and "machine" in lines[i]:
             j = lines.index("Output", i)
-            code = "\n".join(lines[i + 1:j])
+            code = "\n".join(lines[i + 1 : j])
             k = j + 1
             while k < len(lines) and lines[k].strip():
                 k += 1
-            examples.append((code, "\n".join(lines[j + 1:k])))
+            examples.append((code, "\n".join(lines[j + 1 : k])))
             i = k
         else:
             i += 1
