@@ -19,11 +19,13 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "canonical.h"
@@ -516,31 +518,20 @@ void attend_rows(AttendPhase phase, int lo, int hi, const float* q, int g, size_
   }
 }
 
+// attend_rows<V, KV, G> for G = 1 .. kMaxAttendRows, indexed by G - 1.
+template <class V, class KV, int... I>
+constexpr auto attend_rows_table(std::integer_sequence<int, I...>) {
+  return std::array{&attend_rows<V, KV, I + 1>...};
+}
+
 template <class V, class KV>
 void attend_part(AttendPhase phase, int lo, int hi, const float* q, int g, int nt, size_t q_stride,
                  const void* kp, const void* vp, const int* first, const int* n, int hdp,
                  float scale, float* scores, float* out) {
-  const KV *k = static_cast<const KV*>(kp), *v = static_cast<const KV*>(vp);
-  switch (g * nt) {
-    case 1:
-      return attend_rows<V, KV, 1>(phase, lo, hi, q, g, q_stride, k, v, first, n, hdp, scale,
-                                   scores, out);
-    case 2:
-      return attend_rows<V, KV, 2>(phase, lo, hi, q, g, q_stride, k, v, first, n, hdp, scale,
-                                   scores, out);
-    case 3:
-      return attend_rows<V, KV, 3>(phase, lo, hi, q, g, q_stride, k, v, first, n, hdp, scale,
-                                   scores, out);
-    case 4:
-      return attend_rows<V, KV, 4>(phase, lo, hi, q, g, q_stride, k, v, first, n, hdp, scale,
-                                   scores, out);
-    case 5:
-      return attend_rows<V, KV, 5>(phase, lo, hi, q, g, q_stride, k, v, first, n, hdp, scale,
-                                   scores, out);
-    case 6:
-      return attend_rows<V, KV, 6>(phase, lo, hi, q, g, q_stride, k, v, first, n, hdp, scale,
-                                   scores, out);
-  }
+  static constexpr auto rows =
+      attend_rows_table<V, KV>(std::make_integer_sequence<int, kMaxAttendRows>{});
+  rows[g * nt - 1](phase, lo, hi, q, g, q_stride, static_cast<const KV*>(kp),
+                   static_cast<const KV*>(vp), first, n, hdp, scale, scores, out);
 }
 
 // fp16 bits of x, rounded to nearest even: W at a time, the tail one by one (the same rounding).
