@@ -18,6 +18,9 @@ namespace py = pybind11;
 
 namespace kwker {
 
+// register_sampler.cpp: the sampler's entry, on the given kernels
+py::tuple softmax_stats_on(const Kernels& kern, py::object x, float t, float close);
+
 namespace {
 
 using bindings::float_array;
@@ -266,23 +269,6 @@ py::array_t<float> kernel_glu(const std::string& isa, py::object gate_arg, py::o
   return r;
 }
 
-// softmax_stats on one ISA's kernel (the sampler's own entry, in register_sampler.cpp, uses the
-// process's).
-py::tuple kernel_softmax_stats(const std::string& isa, py::object x_arg, float t, float close) {
-  const Kernels& kern = kernels_select(isa);
-  const py::array_t<float> x = float_array(x_arg, 1, "x");
-  if (x.size() == 0) throw std::invalid_argument("softmax_stats takes a non-empty row");
-  if (!(t > 0)) throw std::invalid_argument("the temperature must be positive");
-  const int n = int(x.size());
-  std::vector<int32_t> ids(n);
-  float mx;
-  double sum;
-  const int count = kern.softmax_stats(x.data(), n, t, close, &mx, &sum, ids.data());
-  py::array_t<int64_t> out(count);
-  std::copy(ids.begin(), ids.begin() + count, out.mutable_data());
-  return py::make_tuple(mx, sum, out);
-}
-
 }  // namespace
 
 void register_kernel_tests(py::module_& m) {
@@ -297,8 +283,12 @@ void register_kernel_tests(py::module_& m) {
         py::arg("scale"), py::arg("first") = 0, py::arg("kv_f16") = false,
         py::arg("ends") = std::vector<int>{}, py::arg("panels_per_part") = 0);
   m.def("kernel_to_f16", &kernel_to_f16, py::arg("isa"), py::arg("x"));
-  m.def("kernel_softmax_stats", &kernel_softmax_stats, py::arg("isa"), py::arg("x"),
-        py::arg("temperature"), py::arg("close"));
+  m.def(
+      "kernel_softmax_stats",  // the sampler's entry on one ISA's kernels
+      [](const std::string& isa, py::object x, float t, float close) {
+        return softmax_stats_on(kernels_select(isa), x, t, close);
+      },
+      py::arg("isa"), py::arg("x"), py::arg("temperature"), py::arg("close"));
   m.def("kernel_glu", &kernel_glu, py::arg("isa"), py::arg("gate"), py::arg("up"),
         py::arg("activation") = Activation::Silu, "act(gate) * up");
 }
