@@ -87,6 +87,17 @@ inline py::array weight_array(const py::handle& obj, WType t, const std::string&
   return py::array::ensure(a, py::array::c_style);
 }
 
+// A 1-D uint8 array, C-contiguous (the raw bytes of a file's tensor; never copied: a view of a
+// memory-mapped file stays one).
+inline py::array byte_array(const py::handle& obj, const std::string& what) {
+  py::array a = as_array(obj, what);
+  if (!a.dtype().is(py::dtype::of<uint8_t>()))
+    throw py::type_error(what + " must be uint8, got " + dtype_name(a));
+  check_ndim(a, 1, what);
+  if (!(a.flags() & py::array::c_style)) throw std::invalid_argument(what + " must be contiguous");
+  return a;
+}
+
 // An optional bias of n float32 values (none: empty).
 inline py::array_t<float> bias_array(const py::handle& obj, py::ssize_t n,
                                      const std::string& what) {

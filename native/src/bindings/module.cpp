@@ -13,6 +13,7 @@ void register_sampler(py::module_& m);
 void register_kernel_tests(py::module_& m);
 void register_model(py::module_& m);
 void register_linear(py::module_& m);
+void register_ggml(py::module_& m);
 }  // namespace kwker
 
 PYBIND11_MODULE(_native, m) {
@@ -37,4 +38,5 @@ PYBIND11_MODULE(_native, m) {
   kwker::register_kernel_tests(m);
   kwker::register_model(m);
   kwker::register_linear(m);
+  kwker::register_ggml(m);
 }

@@ -9,6 +9,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "../formats/ggml.h"
 #include "../model/model.h"
 #include "checks.h"
 
@@ -89,6 +90,63 @@ void set_matrix(Model& m, const std::string& name, py::object w_arg, WType wtype
                bias.size() ? bias.data() : nullptr);
 }
 
+// raw: a 1-D uint8 view of the tensor's bytes in the file (n rows of k values of ggml type
+// src_type); row_order: None or a permutation of 0..n-1 (row r is read from row row_order[r]).
+void set_matrix_ggml(Model& m, const std::string& name, py::object raw_arg, int src_type, int n,
+                     int k, WType wtype, py::object bias_arg, py::object row_order_arg) {
+  const GgmlTypeInfo* t = ggml_type_info(src_type);
+  if (!t)
+    throw std::invalid_argument("weight " + name + ": ggml type " + std::to_string(src_type) +
+                                " is not supported");
+  if (n < 1 || k < 1 || k % t->block)
+    throw std::invalid_argument("weight " + name + ": shape [" + std::to_string(n) + ", " +
+                                std::to_string(k) + "] is not whole rows of " + t->name +
+                                " blocks");
+  const py::array raw = bindings::byte_array(raw_arg, "weight " + name);
+  const size_t want = size_t(n) * ggml_row_bytes(*t, k);
+  if (size_t(raw.size()) != want)
+    throw std::invalid_argument("weight " + name + " has " + std::to_string(raw.size()) +
+                                " bytes, its shape takes " + std::to_string(want));
+  const py::array_t<float> bias = bindings::bias_array(bias_arg, n, "bias of " + name);
+  std::vector<int32_t> order;
+  if (!row_order_arg.is_none()) {
+    order = id_vector(row_order_arg, "row_order of " + name);
+    std::vector<bool> seen(size_t(n), false);
+    bool ok = int(order.size()) == n;
+    for (size_t i = 0; ok && i < order.size(); i++) {
+      ok = order[i] >= 0 && order[i] < n && !seen[order[i]];
+      if (ok) seen[order[i]] = true;
+    }
+    if (!ok)
+      throw std::invalid_argument("row_order of " + name + " is not a permutation of its rows");
+  }
+  const uint8_t* data = static_cast<const uint8_t*>(raw.data());
+  py::gil_scoped_release release;  // raw and bias stay alive: this frame holds them
+  m.set_matrix_ggml(name, data, src_type, n, k, wtype, bias.size() ? bias.data() : nullptr,
+                    order.empty() ? nullptr : order.data());
+}
+
+// A writable uint8 view of the room for `name`'s packed panels, which the caller fills.
+py::array set_matrix_packed(py::object self, const std::string& name, WType wtype, int n, int k,
+                            py::object bias_arg) {
+  Model& m = self.cast<Model&>();
+  if (n < 1 || k < 1) throw std::invalid_argument("weight " + name + ": bad shape");
+  const py::array_t<float> bias = bindings::bias_array(bias_arg, n, "bias of " + name);
+  void* w = m.set_matrix_packed(name, wtype, n, k, bias.size() ? bias.data() : nullptr);
+  return py::array_t<uint8_t>({py::ssize_t(panel_bytes(wtype, n, k))}, {1},
+                              static_cast<uint8_t*>(w), self);
+}
+
+// A read-only uint8 view of a loaded matrix's packed panels (None if it is not loaded).
+py::object packed(py::object self, const std::string& name) {
+  const Matrix* mat = self.cast<Model&>().matrix(name);
+  if (!mat) return py::none();
+  py::array_t<uint8_t> view({py::ssize_t(mat->bytes())}, {1}, static_cast<const uint8_t*>(mat->w),
+                            self);
+  py::detail::array_proxy(view.ptr())->flags &= ~py::detail::npy_api::NPY_ARRAY_WRITEABLE_;
+  return view;
+}
+
 void set_norm(Model& m, const std::string& name, py::object w_arg) {
   const py::array_t<float> w = float_array(w_arg, 1, "norm " + name);
   m.set_norm(name, w.data(), int(w.shape(0)));
@@ -143,6 +201,12 @@ void register_model(py::module_& mod) {
            py::arg("max_out_rows"), py::arg("threads"), py::arg("isa") = "")
       .def("set_matrix", &set_matrix, py::arg("name"), py::arg("w"), py::arg("wtype"),
            py::arg("bias") = py::none())
+      .def("set_matrix_ggml", &set_matrix_ggml, py::arg("name"), py::arg("raw"),
+           py::arg("src_type"), py::arg("n"), py::arg("k"), py::arg("wtype"),
+           py::arg("bias") = py::none(), py::arg("row_order") = py::none())
+      .def("set_matrix_packed", &set_matrix_packed, py::arg("name"), py::arg("wtype"), py::arg("n"),
+           py::arg("k"), py::arg("bias") = py::none())
+      .def("packed", &packed, py::arg("name"))
       .def("set_norm", &set_norm, py::arg("name"), py::arg("w"))
       .def("check_complete", &Model::check_complete)
       .def("step", &step, py::arg("tokens"), py::arg("slots"), py::arg("positions"),

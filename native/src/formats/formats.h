@@ -97,6 +97,13 @@ inline float bf16_to_f32(uint16_t h) {
 }
 float f16_to_f32(uint16_t h);
 uint16_t f32_to_f16(float f);  // round to nearest even
+// Round to nearest even, NaN kept a quiet NaN: torch's float32 -> bfloat16 conversion.
+inline uint16_t f32_to_bf16(float f) {
+  uint32_t u;
+  __builtin_memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return uint16_t((u >> 16) | 0x40);
+  return uint16_t((u + 0x7fffu + ((u >> 16) & 1)) >> 16);
+}
 
 // Rounding to the nearest integer, ties to even, with plain float adds (exact for |v| < 2^22): the
 // same bits on every ISA and vectorizable, unlike a libm call.
@@ -115,7 +122,7 @@ size_t panel_bytes(WType t, int n, int k);
 // the float formats and float32 for the quantized ones (quantized here).
 void pack_panels(const void* src, WType t, int n, int k, void* dst);
 // The rows of panels [p0, p1) only, into a zeroed dst (panels are independent: threads can share
-// the work).
+// the work). src holds those rows only: its first row is row p0 * kPanel of the matrix.
 void pack_panel_range(const void* src, WType t, int n, int k, void* dst, int p0, int p1);
 // Element (r, c) of a packed matrix, as the kernels see it (dequantized).
 float panel_value(const void* packed, WType t, int kp, int r, int c);

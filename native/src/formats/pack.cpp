@@ -200,7 +200,7 @@ void pack_panel_range(const void* src, WType t, int n, int k, void* dst, int p0,
     float v[kQBlock];
     for (int r = r0; r < r1; r++)
       for (int c0 = 0; c0 < kp; c0 += kQBlock) {
-        for (int j = 0; j < kQBlock; j++) v[j] = c0 + j < k ? f[size_t(r) * k + c0 + j] : 0.f;
+        for (int j = 0; j < kQBlock; j++) v[j] = c0 + j < k ? f[size_t(r - r0) * k + c0 + j] : 0.f;
         if (t == WType::Q4)
           quantize_q4(v, block_at<BlockQ4>(dst, kp, r, c0), r % kPanel);
         else
@@ -212,7 +212,7 @@ void pack_panel_range(const void* src, WType t, int n, int k, void* dst, int p0,
   for (int r = r0; r < r1; r++)
     for (int c = 0; c < k; c++)
       std::memcpy(static_cast<char*>(dst) + panel_index(r, c, kp) * es,
-                  static_cast<const char*>(src) + (size_t(r) * k + c) * es, es);
+                  static_cast<const char*>(src) + (size_t(r - r0) * k + c) * es, es);
 }
 
 int panel_q(const void* packed, WType t, int kp, int r, int c, float* scale, float* min) {

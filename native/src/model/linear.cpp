@@ -18,7 +18,7 @@ Linear::Linear(const float* w, int n, int k, const float* bias, std::shared_ptr<
   w_ = Buffer(panel_bytes(WType::F32, n, k));
   pool_->run([&](int tid) {
     auto [p0, p1] = pool_->split(np_ / kPanel, tid);
-    pack_panel_range(w, WType::F32, n, k, w_.as<void>(), p0, p1);
+    pack_panel_range(w + size_t(p0) * kPanel * k, WType::F32, n, k, w_.as<void>(), p0, p1);
   });
   if (bias) {
     bias_ = Buffer(sizeof(float) * np_);

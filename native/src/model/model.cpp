@@ -5,6 +5,8 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "../formats/ggml.h"
+
 namespace kwker {
 
 namespace {
@@ -114,56 +116,114 @@ Model::Model(const Config& cfg, int n_rope, const float* rope_cos, const float* 
   attend_runs_.reserve(max_step_tokens + 1);
 }
 
-void Model::set_matrix(const std::string& name, const void* data, WType type, int n, int k,
-                       const float* bias) {
-  std::lock_guard<std::mutex> lock(mu_);
-  complete_ = false;
-  Matrix* m = nullptr;
-  int want_n = 0, want_k = 0;
+Matrix* Model::find_matrix(const std::string& name, int* want_n, int* want_k) {
   const int qd = cfg_.n_head * cfg_.head_dim, kvd = cfg_.n_kv_head * cfg_.head_dim;
-  if (name == "embed") {
-    m = &embed_, want_n = cfg_.vocab, want_k = cfg_.n_embd;
-  } else if (name == "lm_head") {
-    m = &lm_head_, want_n = cfg_.vocab, want_k = cfg_.n_embd;
-  } else if (name.rfind("layers.", 0) == 0) {
-    const size_t dot = name.find('.', 7);
-    const int li = std::stoi(name.substr(7, dot - 7));
-    if (li < 0 || li >= cfg_.n_layer || dot == std::string::npos)
-      throw std::invalid_argument("bad weight " + name);
-    Layer& L = layers_[li];
-    const std::string part = name.substr(dot + 1);
-    if (part == "q")
-      m = &L.wq, want_n = qd, want_k = cfg_.n_embd;
-    else if (part == "k")
-      m = &L.wk, want_n = kvd, want_k = cfg_.n_embd;
-    else if (part == "v")
-      m = &L.wv, want_n = kvd, want_k = cfg_.n_embd;
-    else if (part == "o")
-      m = &L.wo, want_n = cfg_.n_embd, want_k = qd;
-    else if (part == "gate")
-      m = &L.wgate, want_n = cfg_.n_ff, want_k = cfg_.n_embd;
-    else if (part == "up")
-      m = &L.wup, want_n = cfg_.n_ff, want_k = cfg_.n_embd;
-    else if (part == "down")
-      m = &L.wdown, want_n = cfg_.n_embd, want_k = cfg_.n_ff;
-  }
+  const auto found = [&](Matrix& m, int n, int k) { return *want_n = n, *want_k = k, &m; };
+  if (name == "embed") return found(embed_, cfg_.vocab, cfg_.n_embd);
+  if (name == "lm_head") return found(lm_head_, cfg_.vocab, cfg_.n_embd);
+  if (name.rfind("layers.", 0) != 0) return nullptr;
+  const size_t dot = name.find('.', 7);
+  if (dot == std::string::npos) return nullptr;
+  const int li = std::stoi(name.substr(7, dot - 7));
+  if (li < 0 || li >= cfg_.n_layer) throw std::invalid_argument("bad weight " + name);
+  Layer& L = layers_[li];
+  const std::string part = name.substr(dot + 1);
+  if (part == "q") return found(L.wq, qd, cfg_.n_embd);
+  if (part == "k") return found(L.wk, kvd, cfg_.n_embd);
+  if (part == "v") return found(L.wv, kvd, cfg_.n_embd);
+  if (part == "o") return found(L.wo, cfg_.n_embd, qd);
+  if (part == "gate") return found(L.wgate, cfg_.n_ff, cfg_.n_embd);
+  if (part == "up") return found(L.wup, cfg_.n_ff, cfg_.n_embd);
+  if (part == "down") return found(L.wdown, cfg_.n_embd, cfg_.n_ff);
+  return nullptr;
+}
+
+Matrix& Model::matrix_slot(const std::string& name, int n, int k) {
+  int want_n = 0, want_k = 0;
+  Matrix* m = find_matrix(name, &want_n, &want_k);
   if (!m) throw std::invalid_argument("unknown weight " + name);
   if (n != want_n || k != want_k)
     throw std::invalid_argument("weight " + name + " has shape [" + std::to_string(n) + ", " +
                                 std::to_string(k) + "], expected [" + std::to_string(want_n) +
                                 ", " + std::to_string(want_k) + "]");
-  m->n = n, m->k = k, m->kp = pad_to(k), m->type = type;
-  m->w = weight_space(m->bytes());  // zeroed
-  pool_.run([&](int tid) {  // quantizing is the slow part of loading: every thread takes a share of
-                            // the panels
-    auto [p0, p1] = pool_.split(pad_to(n, kPanel) / kPanel, tid);
-    pack_panel_range(data, type, n, k, m->w, p0, p1);
-  });
-  m->bias = Buffer();
+  return *m;
+}
+
+void Model::place(Matrix& m, WType type, int n, int k, const float* bias) {
+  m.n = n, m.k = k, m.kp = pad_to(k), m.type = type;
+  m.w = weight_space(m.bytes());  // zeroed
+  m.bias = Buffer();
   if (bias) {
-    m->bias = Buffer(sizeof(float) * pad_to(n, kPanel));
-    std::memcpy(m->bias.as<float>(), bias, sizeof(float) * n);
+    m.bias = Buffer(sizeof(float) * pad_to(n, kPanel));
+    std::memcpy(m.bias.as<float>(), bias, sizeof(float) * n);
   }
+}
+
+void Model::set_matrix(const std::string& name, const void* data, WType type, int n, int k,
+                       const float* bias) {
+  std::lock_guard<std::mutex> lock(mu_);
+  complete_ = false;
+  Matrix& m = matrix_slot(name, n, k);
+  place(m, type, n, k, bias);
+  const size_t row_bytes = (wtype_quantized(type) ? sizeof(float) : wtype_size(type)) * k;
+  // quantizing is the slow part of loading: every thread takes a share of the panels
+  pool_.run([&](int tid) {
+    auto [p0, p1] = pool_.split(pad_to(n, kPanel) / kPanel, tid);
+    if (p0 < p1)
+      pack_panel_range(static_cast<const char*>(data) + row_bytes * p0 * kPanel, type, n, k, m.w,
+                       p0, p1);
+  });
+}
+
+void Model::set_matrix_ggml(const std::string& name, const uint8_t* data, int src_type, int n,
+                            int k, WType type, const float* bias, const int32_t* row_order) {
+  const GgmlTypeInfo* src = ggml_type_info(src_type);
+  if (!src) throw std::invalid_argument("weight " + name + ": unknown ggml type");
+  if (k % src->block)
+    throw std::invalid_argument("weight " + name + ": rows of " + std::to_string(k) +
+                                " values are not whole " + src->name + " blocks");
+  std::lock_guard<std::mutex> lock(mu_);
+  complete_ = false;
+  Matrix& m = matrix_slot(name, n, k);
+  place(m, type, n, k, bias);
+  const size_t src_row = ggml_row_bytes(*src, k);
+  pool_.run([&](int tid) {
+    auto [p0, p1] = pool_.split(pad_to(n, kPanel) / kPanel, tid);
+    // [kPanel, k]: one panel's rows in float32, then in the packed element type
+    std::vector<float> rows(size_t(kPanel) * k);
+    std::vector<uint16_t> halves(type == WType::BF16 || type == WType::F16 ? rows.size() : 0);
+    for (int p = p0; p < p1; p++) {
+      const int r0 = p * kPanel, nr = std::min(kPanel, n - r0);
+      for (int i = 0; i < nr; i++) {
+        const size_t r = row_order ? size_t(row_order[r0 + i]) : size_t(r0 + i);
+        ggml_dequantize_row(*src, data + r * src_row, k, rows.data() + size_t(i) * k);
+      }
+      const void* panel = rows.data();
+      if (!halves.empty()) {
+        for (size_t i = 0; i < size_t(nr) * k; i++)
+          halves[i] = type == WType::BF16 ? f32_to_bf16(rows[i]) : f32_to_f16(rows[i]);
+        panel = halves.data();
+      }
+      pack_panel_range(panel, type, n, k, m.w, p, p + 1);
+    }
+  });
+}
+
+void* Model::set_matrix_packed(const std::string& name, WType type, int n, int k,
+                               const float* bias) {
+  std::lock_guard<std::mutex> lock(mu_);
+  complete_ = false;
+  Matrix& m = matrix_slot(name, n, k);
+  place(m, type, n, k, bias);
+  return m.w;
+}
+
+const Matrix* Model::matrix(const std::string& name) {
+  std::lock_guard<std::mutex> lock(mu_);
+  int n = 0, k = 0;
+  const Matrix* m = find_matrix(name, &n, &k);
+  if (!m) throw std::invalid_argument("unknown weight " + name);
+  return m->n > 0 ? m : nullptr;
 }
 
 void* Model::weight_space(size_t bytes) {

@@ -69,6 +69,17 @@ class Model {
   //       layers.<i>.<attn_norm|q|k|v|o|mlp_norm|gate|up|down|q_norm|k_norm|post_attn_norm|post_mlp_norm>
   void set_matrix(const std::string& name, const void* data, WType type, int n, int k,
                   const float* bias);
+  // The same from a tensor as a GGUF file holds it: n rows of k values of ggml type `src_type`
+  // (ggml.h) at `data`, dequantized a panel of rows at a time (never the whole matrix) and packed
+  // as `type`. row_order, when given, names for each row r the source row it is read from (a GGUF
+  // keeps some matrices with their rows permuted).
+  void set_matrix_ggml(const std::string& name, const uint8_t* data, int src_type, int n, int k,
+                       WType type, const float* bias, const int32_t* row_order);
+  // Room for a matrix already packed as `type` (panel_bytes(type, n, k) bytes), which the caller
+  // fills before the next step: a packed-weights cache reads a file straight into it.
+  void* set_matrix_packed(const std::string& name, WType type, int n, int k, const float* bias);
+  // A loaded matrix (nullptr if `name` is not loaded yet): its packed panels, for writing a cache.
+  const Matrix* matrix(const std::string& name);
   void set_norm(const std::string& name, const float* data, int n);
   void
   check_complete();  // throws std::runtime_error naming a missing weight; else the model can step
@@ -121,6 +132,12 @@ class Model {
                    bool accumulate, int tid);
 
   void check_complete_locked();
+  // The matrix `name` names and its shape [*want_n, *want_k] (nullptr for no such name).
+  Matrix* find_matrix(const std::string& name, int* want_n, int* want_k);
+  // The matrix `name` names, after checking that [n, k] is its shape (throws otherwise).
+  Matrix& matrix_slot(const std::string& name, int n, int k);
+  // Sets m's shape, type and bias and gives it zeroed weight space for its panels.
+  void place(Matrix& m, WType type, int n, int k, const float* bias);
 
   Config cfg_;
   const Kernels* kern_;
