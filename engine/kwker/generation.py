@@ -5,29 +5,37 @@ the native step, kwker.compiled.Decoder runs the model's own forward compiled ah
 are StepDecoders over a Runner, which owns the step and what each slot of its cache holds. Calls on
 one decoder from several threads take turns: a generation holds the runner from its first step to
 its last (see Runner.hold).
+
+torch is optional: the module never imports it unless a result is to be a torch tensor. Results
+are torch tensors when the decoder's `returns` is "torch" (KwkDecoder and Decoder, built from a
+torch model) or when the prompt came as a tensor; else numpy arrays (a decoder built from model
+files without torch sets returns="numpy").
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
 from kwker.runner import Runner
-from kwker.sampling import Sampler, SamplingParams
+from kwker.sampling import Sampler, SamplingParams, SeededGenerator, is_generator, is_tensor
 from kwker.scheduler import DEFAULT_PREFILL_CHUNK, Scheduler
 from kwker.sequence import SequenceState
 from kwker.speculative import DraftProposer, LookupProposer, Speculator, StepCosts
 from kwker.streaming import GenerationChunk
 
-ID_DTYPES = (torch.int32, torch.int64)  # an id tensor's dtypes; others are refused, never cast
+if TYPE_CHECKING:
+    import torch
+
+RETURNS = ("torch", "numpy")
 
 
 def token_ids(input_ids, vocab_size: int) -> list[int]:
     """One sequence of token ids as a list of ints: a tensor of shape (1, T) or (T,) of int32 or
     int64, or a list of ints. Raises TypeError / ValueError naming what is wrong."""
-    if isinstance(input_ids, torch.Tensor):
+    if is_tensor(input_ids):
         ids = _tensor_ids(input_ids)
     elif isinstance(input_ids, (list, tuple)):
         ids = _list_ids(input_ids)
@@ -45,7 +53,9 @@ def token_ids(input_ids, vocab_size: int) -> list[int]:
 
 
 def _tensor_ids(t: torch.Tensor) -> list[int]:
-    if t.dtype not in ID_DTYPES:
+    import torch  # loaded already: t is a tensor
+
+    if t.dtype not in (torch.int32, torch.int64):  # others are refused, never cast
         raise TypeError(
             "input_ids must be an integer tensor of dtype torch.int32 or torch.int64, "
             f"got {t.dtype}"
@@ -74,9 +84,13 @@ def _list_ids(ids) -> list[int]:
 
 
 class StepDecoder:
-    def __init__(self, model, step, precision: str, tokenizer=None):
+    def __init__(self, model, step, precision: str, tokenizer=None, returns: str = "torch"):
         """model: the Hugging Face model whose config (and generation_config) this decoder follows;
-        step: an object with the native Model's interface (see Runner)."""
+        step: an object with the native Model's interface (see Runner); returns: "torch" or
+        "numpy", what forward and generate return for a prompt that is not a tensor."""
+        if returns not in RETURNS:
+            raise ValueError(f"returns must be one of {RETURNS}, got {returns!r}")
+        self.returns = returns
         self.config = model.config
         self.generation_config = getattr(model, "generation_config", None)
         self.precision = precision
@@ -106,12 +120,16 @@ class StepDecoder:
         with self.runner.hold():
             self.runner.reset()
 
+    def _torch_results(self, inputs) -> bool:
+        """Whether results are torch tensors: for a "torch" decoder, or for any tensor prompt."""
+        return self.returns == "torch" or any(is_tensor(x) for x in inputs)
+
     # --------------------------------------------------------------------------------- forward
-    @torch.no_grad()
-    def forward(self, input_ids, start: int = 0, logits: str = "all") -> torch.Tensor:
+    def forward(self, input_ids, start: int = 0, logits: str = "all"):
         """Logits float32 of input_ids placed at positions start.. of the cached text (start=0: a
         fresh sequence): (T, vocab) for logits="all", (1, vocab) for "last". Tokens before `start`
-        must be the ones already cached."""
+        must be the ones already cached. A torch tensor or a numpy array (see the module's
+        docstring); no autograd either way (the native step returns numpy)."""
         if logits not in ("all", "last"):
             raise ValueError(f"logits must be 'all' or 'last', got {logits!r}")
         ids = self.token_ids(input_ids)
@@ -129,9 +147,14 @@ class StepDecoder:
                 if start > held:
                     raise ValueError(f"position {start} is past the {held} cached tokens")
                 runner.trim(slot, held - start)
-                return torch.from_numpy(runner.extend_slot(slot, start, ids, rows=logits).logits)
+                out = runner.extend_slot(slot, start, ids, rows=logits).logits
             finally:
                 runner.release(slot)
+        if self._torch_results([input_ids]):
+            import torch
+
+            return torch.from_numpy(out)
+        return out
 
     # ------------------------------------------------------------------------------ generation
     def token_ids(self, input_ids) -> list[int]:
@@ -188,7 +211,7 @@ class StepDecoder:
         repetition_penalty: float | None = None,
         min_new_tokens: int = 0,
         eos_token_id: int | list[int] | None = None,
-        generator: torch.Generator | None = None,
+        generator: SeededGenerator | torch.Generator | None = None,
         lookup: int = 8,
         draft: StepDecoder | None = None,
         tokenizer=None,
@@ -284,15 +307,17 @@ class StepDecoder:
         tokenizer=None,
         prefill_chunk: int = DEFAULT_PREFILL_CHUNK,
         **options,
-    ) -> list[torch.Tensor]:
+    ) -> list:
         """Several prompts decoded together, up to max_batch per step; each gets exactly the tokens
-        it gets alone. Returns a list of 1-D tensors (prompt + new tokens), in the prompts' order.
-        Options as for generate; for sampling, generator= takes a list with one generator per
-        prompt."""
-        if isinstance(prompts, torch.Tensor) and prompts.dim() == 2:
+        it gets alone. Returns a list of 1-D int64 tensors (numpy arrays: see the module's
+        docstring) of prompt + new tokens, in the prompts' order. Options as for generate; for
+        sampling, generator= takes a list with one generator per prompt."""
+        if is_tensor(prompts) and prompts.dim() == 2:
             prompts = list(prompts)
+        prompts = list(prompts)
+        as_torch = self._torch_results(prompts)  # a 2-D tensor's rows are tensors
         prompts = [self.token_ids(p) for p in prompts]
-        if isinstance(generator, torch.Generator) and len(prompts) > 1:
+        if is_generator(generator) and len(prompts) > 1:
             raise ValueError(
                 "pass one generator per prompt (a list), so that each sequence "
                 "samples what it would alone"
@@ -309,11 +334,19 @@ class StepDecoder:
         ]
         with self.runner.hold():
             Scheduler(self.runner, prefill_chunk).run(seqs)
-        return [torch.tensor(seq.tokens, dtype=torch.long) for seq in seqs]
+        if as_torch:
+            import torch
 
-    def generate(self, input_ids, max_new_tokens: int = 20, **kwargs) -> torch.Tensor:
-        """Prompt + new tokens, shape (1, T + n), like transformers' generate. Greedy unless
-        do_sample=True."""
+            return [torch.tensor(seq.tokens, dtype=torch.long) for seq in seqs]
+        return [np.array(seq.tokens, dtype=np.int64) for seq in seqs]
+
+    def generate(self, input_ids, max_new_tokens: int = 20, **kwargs):
+        """Prompt + new tokens, shape (1, T + n) int64, like transformers' generate: a torch tensor
+        or a numpy array (see the module's docstring). Greedy unless do_sample=True."""
         prompt = self.token_ids(input_ids)
         new = [c.token for c in self.stream_generate(prompt, max_new_tokens, **kwargs)]
-        return torch.tensor([prompt + new], dtype=torch.long)
+        if self._torch_results([input_ids]):
+            import torch
+
+            return torch.tensor([prompt + new], dtype=torch.long)
+        return np.array([prompt + new], dtype=np.int64)

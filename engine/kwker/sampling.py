@@ -11,17 +11,97 @@ compare them), computed on the tokens that can survive rather than on the whole 
 pass of torch ops over a 49k-256k vocabulary (softmax, sort, scatter, twice) cost more than a small model's whole
 step (SmolLM2-135M int4, the chat app's temperature 0.7 + top-p 0.9: 0.6 ms of a 3.8 ms token; now 0.1 ms). The
 vocabulary-wide part is one native pass (softmax_stats); the rest is numpy on the few hundred candidates.
+
+torch is optional here: a torch.Generator or tensor logits work when the caller has torch, and the
+module never imports it (the GGUF / safetensors path runs without torch). SeededGenerator gives
+torch's seeded stream without torch, so a seed gives the same text on both paths.
 """
 
 from __future__ import annotations
 
 import math
+import os
+import sys
+import threading
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
 from kwker import _native
+
+if TYPE_CHECKING:
+    import torch
+
+
+def is_tensor(x) -> bool:
+    """Whether x is a torch tensor, asked without importing torch: a tensor means torch is loaded."""
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(x, torch.Tensor)
+
+
+def is_generator(x) -> bool:
+    """Whether x is a random generator Sampler takes: a SeededGenerator or a torch.Generator."""
+    torch = sys.modules.get("torch")
+    return isinstance(x, SeededGenerator) or (torch is not None and isinstance(x, torch.Generator))
+
+
+_MASK53 = (1 << 53) - 1
+
+
+class SeededGenerator:
+    """A seeded stream of uniform float64 numbers in [0, 1) without torch: the stream of
+    torch.Generator().manual_seed(seed) drawn by torch.rand((), dtype=torch.float64) on the CPU, so
+    a seed gives the same text on the torch and the torch-free paths (see
+    tests/engine/test_torch_free_core.py).
+
+    torch's CPU generator is an MT19937 seeded with the seed's low 32 bits by init_genrand, which
+    is numpy's legacy (RandomState) seeding of a 32-bit int; a float64 is two 32-bit outputs
+    a, b taken as the low 53 bits of (a << 32 | b), times 2**-53."""
+
+    def __init__(self, seed: int):
+        # torch.Generator.manual_seed's range; a negative seed is its 64-bit two's complement,
+        # whose low 32 bits are seed & 0xFFFFFFFF
+        if not _is_int(seed) or not -(2**63) <= seed < 2**64:
+            raise ValueError(f"seed must be an integer in [-2**63, 2**64), got {seed!r}")
+        self.seed = int(seed)
+        key = np.random.RandomState(self.seed & 0xFFFFFFFF).get_state()[1]
+        self._bits = np.random.MT19937(0)  # its own seeding is replaced at once
+        self._bits.state = {"bit_generator": "MT19937", "state": {"key": key, "pos": 624}}
+
+    def random(self) -> float:
+        # both words in one call: random_raw holds the bit generator's lock, so threads sharing a
+        # generator never split a draw's pair
+        a, b = self._bits.random_raw(2).tolist()
+        return (((a << 32) | b) & _MASK53) * 2.0**-53
+
+
+_unseeded: SeededGenerator | None = None
+_unseeded_lock = threading.Lock()
+
+
+def _unseeded_generator() -> SeededGenerator:
+    """The process's generator for unseeded sampling without torch: like torch's default generator,
+    seeded at random once per process and shared by every unseeded call."""
+    global _unseeded
+    with _unseeded_lock:
+        if _unseeded is None:
+            _unseeded = SeededGenerator(int.from_bytes(os.urandom(8), "little"))
+        return _unseeded
+
+
+def _uniform_source(generator):
+    """The function drawing the next uniform float64 of `generator`, None if it is not one.
+    generator=None is torch's default generator when torch is loaded (so torch.manual_seed still
+    seeds unseeded calls, as it always did), else the process's own (_unseeded_generator)."""
+    if isinstance(generator, SeededGenerator):
+        return generator.random
+    torch = sys.modules.get("torch")
+    if torch is not None and (generator is None or isinstance(generator, torch.Generator)):
+        return lambda: float(torch.rand((), generator=generator, dtype=torch.float64))
+    if generator is None:
+        return _unseeded_generator().random
+    return None
 
 
 @dataclass
@@ -78,11 +158,22 @@ TOP = 1024
 class Sampler:
     """Turns a row of logits into a token. `needs_logits` is False when the native argmax is the answer."""
 
-    def __init__(self, params: SamplingParams, prompt_len: int, generator: torch.Generator | None):
+    def __init__(
+        self,
+        params: SamplingParams,
+        prompt_len: int,
+        generator: SeededGenerator | torch.Generator | None,
+    ):
+        """generator: a SeededGenerator, a torch.Generator, or None (unseeded: see
+        _uniform_source)."""
         params.validate()
         p = self.params = params
         self.prompt_len = prompt_len
         self.generator = generator
+        self._draw = _uniform_source(generator)
+        # refused before any step; a greedy call never draws, so there it stays ignored, as before
+        if self._draw is None and p.do_sample:
+            raise TypeError(_not_a_generator(generator))
         self.penalty = p.repetition_penalty if p.repetition_penalty not in (None, 1.0) else None
         self.eos = np.array(p.eos_token_ids if p.min_new_tokens > 0 else [], dtype=np.int64)
         self.temperature = (
@@ -96,7 +187,9 @@ class Sampler:
 
     def draw(self) -> float:
         """The uniform number for the next output position (one per position, whatever is speculated)."""
-        return float(torch.rand((), generator=self.generator, dtype=torch.float64))
+        if self._draw is None:
+            raise TypeError(_not_a_generator(self.generator))
+        return self._draw()
 
     def choose(self, logits, context, u: float | None) -> int:
         """logits: (vocab,) float32 (tensor or array); context: the prompt and the tokens before this position."""
@@ -107,9 +200,9 @@ class Sampler:
 
     def processed(self, logits, context) -> np.ndarray:
         """The scores after the repetition penalty and min_new_tokens (float32; logits are not modified)."""
-        x = logits.numpy() if isinstance(logits, torch.Tensor) else np.asarray(logits)
+        x = logits.numpy() if is_tensor(logits) else np.asarray(logits)
         x = x.astype(np.float32, copy=False)
-        n_ctx = len(context) if not isinstance(context, torch.Tensor) else context.shape[-1]
+        n_ctx = context.shape[-1] if is_tensor(context) else len(context)
         suppress_eos = len(self.eos) > 0 and n_ctx - self.prompt_len < self.params.min_new_tokens
         if self.penalty is None and not suppress_eos:
             return x
@@ -195,11 +288,22 @@ class Sampler:
         weights = np.exp(
             sv - sv.max()
         )  # float32, as a softmax of the scores would be before its division
-        # torch's serial cumsum: numpy's runs at a quarter of its speed (0.2 ms for 49k tokens)
-        cdf = torch.from_numpy(weights.astype(np.float64)).cumsum(0).numpy()
+        # Both cumsums are serial float64 sums, the same bits (tests/engine/test_torch_free_core.py).
+        # torch's runs 3x faster on a whole vocabulary (49k tokens: 68 us vs numpy's 213; 152k:
+        # 190 vs 653), so it is used where torch is loaded anyway; never imported for it.
+        torch = sys.modules.get("torch")
+        w64 = weights.astype(np.float64)
+        cdf = torch.from_numpy(w64).cumsum(0).numpy() if torch is not None else np.cumsum(w64)
         i = int(np.searchsorted(cdf, u * cdf[-1], side="right"))
         if (
             i >= len(sv) or weights[i] == 0
         ):  # u * total rounded onto the end: the last possible token
             i = int(np.flatnonzero(weights)[-1])
         return i if keep is None else int(keep[i])
+
+
+def _not_a_generator(generator) -> str:
+    return (
+        "generator must be a kwker.sampling.SeededGenerator or a torch.Generator, got "
+        f"{type(generator).__name__}"
+    )

@@ -11,12 +11,11 @@ sequence's absorb) and rollback (Runner.trim of the rejected tail).
 
 from __future__ import annotations
 
+import sys
 import time
 from collections import deque
 from collections.abc import Iterable
 from contextlib import contextmanager
-
-import torch
 
 from kwker.runner import Feed, Runner
 from kwker.sequence import SequenceState
@@ -30,7 +29,11 @@ def one_torch_thread():
     """torch on one intra-op thread for the block (restored after, also on error). Between two
     native steps torch's ops are small or vocabulary-sized (too small to share), and each op on two
     or more threads wakes torch's OpenMP workers, which then spin-wait on the cores the next native
-    step's threads need (perf-notes #2)."""
+    step's threads need (perf-notes #2). Without torch loaded, nothing to limit: imports nothing."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        yield
+        return
     n = torch.get_num_threads()
     if n == 1:
         yield
