@@ -111,14 +111,14 @@ class KwkDecoder(StepDecoder):
         cfg["wtype"] = getattr(_native.WType, matrix_fmt)
         self.kv_cache = kv_cache or ("fp32" if precision == "fp32" else "fp16")
         cfg["kv_f16"] = self.kv_cache == "fp16"
-        cos, sin = family.rope_tables(model, max_cache_len)
+        cos, sin = family.rope_tables(model.config, max_cache_len)
         cfg["rope_dim"] = (
             2 * cos.shape[-1]
         )  # the table's width: partial rotary models rotate fewer dims
         step = _native.Model(
             cfg,
-            cos.numpy(),
-            sin.numpy(),
+            cos,
+            sin,
             max_cache_len,
             max_batch,
             min(max_step_tokens, max_cache_len),

@@ -9,7 +9,7 @@ sqrt(hidden_size) in the weights' dtype; gelu_pytorch_tanh gate; attention scale
 
 from __future__ import annotations
 
-import torch
+import numpy as np
 
 from kwker import _native
 from kwker.families import llama
@@ -55,13 +55,18 @@ def native_config(model) -> dict:
     }
 
 
-def rope_tables(model, max_cache_len: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """One table per layer type, in rope_layer_types order: [n_types, max_cache_len, head_dim / 2]."""
+def rope_tables(config, max_cache_len: int) -> tuple[np.ndarray, np.ndarray]:
+    """One table per layer type, in rope_layer_types order: cos, sin float32
+    [n_types, max_cache_len, head_dim / 2]."""
+    # transformers' yarn reads `truncate` from the top-level rope_parameters, which here holds the
+    # layer types, so a layer's own `truncate` never applies (transformers 5.24)
     tables = [
-        llama.rope_table(model.model.rotary_emb, max_cache_len, kind)
-        for kind in rope_layer_types(model.config)
+        llama.config_rope_table(
+            config, {**(config.rope_parameters[kind] or {}), "truncate": True}, max_cache_len
+        )
+        for kind in rope_layer_types(config)
     ]
-    return torch.stack([c for c, _ in tables]), torch.stack([s for _, s in tables])
+    return np.stack([c for c, _ in tables]), np.stack([s for _, s in tables])
 
 
 def norm_weight(module):

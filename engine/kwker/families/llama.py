@@ -3,7 +3,10 @@ attention/MLP bias, the static rope scaling types transformers uses for them).""
 
 from __future__ import annotations
 
+import numpy as np
 import torch
+
+from kwker import rope
 
 # Rope types whose tables do not change with the sequence length, so they can be computed once at load.
 STATIC_ROPE_TYPES = {"default", "linear", "llama3", "yarn"}
@@ -97,24 +100,32 @@ def native_config(model) -> dict:
     )
 
 
-@torch.no_grad()
-def rope_table(rotary, max_cache_len: int, *args) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos/sin [max_cache_len, rope_dim / 2] for every cache position from a rotary embedding module (so every
-    scaling type and the attention factor come out exactly as transformers computes them), in float32."""
-    cos, sin = [], []
-    chunk = 4096
-    for start in range(0, max_cache_len, chunk):
-        pos = torch.arange(start, min(start + chunk, max_cache_len))[None]
-        c, s = rotary(torch.zeros(1, dtype=torch.float32), pos, *args)
-        half = c.shape[-1] // 2  # rotate_half tables repeat their first half
-        cos.append(c[0, :, :half].float())
-        sin.append(s[0, :, :half].float())
-    return torch.cat(cos).contiguous(), torch.cat(sin).contiguous()
+# Model types whose "default" rope rotates int(head_dim * partial_rotary_factor) dims, as their
+# transformers rotary embedding computes it (Llama's, Qwen's and Mistral's rotate the whole head)
+PARTIAL_DEFAULT_ROPE = {"phi3"}
 
 
-def rope_tables(model, max_cache_len: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """One table for every layer: cos, sin of shape [1, max_cache_len, rope_dim / 2]."""
-    cos, sin = rope_table(model.model.rotary_emb, max_cache_len)
+def config_rope_table(config, params: dict, max_cache_len: int) -> tuple[np.ndarray, np.ndarray]:
+    """cos, sin float32 [max_cache_len, rope_dim / 2] of one rope_parameters dict of `config`, the
+    rotated dims as the model's transformers rotary embedding picks them."""
+    kind = params.get("rope_type", params.get("type", "default"))
+    factor = 1.0
+    if kind != "default" or getattr(config, "model_type", None) in PARTIAL_DEFAULT_ROPE:
+        # standardized configs carry it in rope_parameters; the config attribute is its source
+        factor = params.get("partial_rotary_factor", getattr(config, "partial_rotary_factor", None))
+    return rope.rope_table(
+        params,
+        head_dim(config),
+        max_cache_len,
+        partial_rotary_factor=factor or 1.0,
+        max_position_embeddings=getattr(config, "max_position_embeddings", None),
+    )
+
+
+def rope_tables(config, max_cache_len: int) -> tuple[np.ndarray, np.ndarray]:
+    """One table for every layer: cos, sin float32 [1, max_cache_len, rope_dim / 2]."""
+    params = getattr(config, "rope_parameters", None) or getattr(config, "rope_scaling", None) or {}
+    cos, sin = config_rope_table(config, params, max_cache_len)
     return cos[None], sin[None]
 
 
