@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import torch
+import secrets
 
 from kwker.models import DEFAULT_MODEL
 from kwker.precision import AUTO
+from kwker.sampling import SeededGenerator
 
 DEFAULTS = {
     "model": DEFAULT_MODEL,
@@ -54,8 +55,7 @@ def generation_options(s: dict) -> dict:
     opts: dict = {"lookup": int(s["lookup_tokens"]) if s["lookup"] else 0}
     if s["temperature"] > 0:
         seed = int(s["seed"])
-        gen = torch.Generator()
-        gen.manual_seed(seed if seed >= 0 else int(torch.randint(0, 2**62, ()).item()))
+        gen = SeededGenerator(seed if seed >= 0 else secrets.randbits(62))
         opts.update(do_sample=True, temperature=float(s["temperature"]), generator=gen)
         if 0 < s["top_p"] < 1:
             opts["top_p"] = float(s["top_p"])

@@ -40,8 +40,7 @@ class GenerationWorker(QObject):
 
     @Slot(dict)
     def load(self, opts: dict) -> None:
-        from kwker.decode import KwkDecoder, runner_unsupported, trim_memory
-        from kwker.models import load_model
+        from kwker.models.loader import load_decoder
         from kwker.precision import DRAFT, canonical
 
         try:
@@ -51,33 +50,19 @@ class GenerationWorker(QObject):
             self.decoder = self.draft = None
             precision = canonical(opts["precision"])  # None: the model's own
             threads = opts["threads"] or None
-            model, tokenizer = load_model(opts["model"], progress=self.loading.emit)
-            reason = runner_unsupported(model, int(opts["context_length"]))
-            if reason:
-                raise ValueError(f"{opts['model']} cannot run here: {reason}")
-            self.loading.emit(f"preparing {opts['model']} ({opts['precision']})")
-            decoder = KwkDecoder(
-                model,
-                max_cache_len=int(opts["context_length"]),
-                precision=precision,
-                threads=threads,
-                tokenizer=tokenizer,
-            )
-            del model
+            decoder = load_decoder(
+                opts["model"], progress=self.loading.emit,
+                max_cache_len=int(opts["context_length"]), precision=precision, threads=threads,
+            )  # fmt: skip
+            tokenizer = decoder.tokenizer
             draft = None
             if opts.get("draft_model"):
                 self.loading.emit(f"loading draft {opts['draft_model']}")
-                dmodel, dtok = load_model(opts["draft_model"], progress=self.loading.emit)
-                draft = KwkDecoder(
-                    dmodel,
-                    max_cache_len=int(opts["context_length"]),
-                    precision=DRAFT,
-                    threads=threads,
-                    tokenizer=dtok,
-                )
-                del dmodel
+                draft = load_decoder(
+                    opts["draft_model"], progress=self.loading.emit,
+                    max_cache_len=int(opts["context_length"]), precision=DRAFT, threads=threads,
+                )  # fmt: skip
                 decoder.check_draft(draft)
-            trim_memory()  # the float weights just let go
             self.decoder, self.draft, self.tokenizer = decoder, draft, tokenizer
             self.loading.emit("measuring plain decoding speed")
             self.info = {

@@ -16,10 +16,8 @@ def _progress(msg: str) -> None:
 
 
 def cmd_generate(args) -> int:
-    import torch
-
-    from kwker.decode import KwkDecoder, runner_unsupported, trim_memory
-    from kwker.models import load_model
+    from kwker.models.loader import load_decoder
+    from kwker.sampling import SeededGenerator
 
     positional = args.args
     if len(positional) > 2:
@@ -30,27 +28,24 @@ def cmd_generate(args) -> int:
         else (None, (positional or [None])[0])
     )
     prompt = prompt or DEFAULT_PROMPT
-    model, tokenizer = load_model(model_spec, progress=_progress)
+    dec = load_decoder(
+        model_spec, progress=_progress, max_cache_len=args.max_cache_len or 4096,
+        precision=args.precision, threads=args.threads,
+    )  # fmt: skip
+    tokenizer = dec.tokenizer
     chat = args.chat if args.chat is not None else bool(getattr(tokenizer, "chat_template", None))
     if chat:
-        ids = tokenizer.apply_chat_template(
-            [{"role": "user", "content": prompt}],
-            add_generation_prompt=True,
-            return_tensors="pt",
-            return_dict=True,
-        )["input_ids"]
+        messages = [{"role": "user", "content": prompt}]
+        ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+        ids = list(ids["input_ids"] if hasattr(ids, "keys") else ids)
     else:
-        ids = tokenizer(prompt, return_tensors="pt")["input_ids"]
-    max_cache_len = args.max_cache_len or ids.shape[1] + args.max_new_tokens
-    reason = runner_unsupported(model, max_cache_len)
-    if reason:
-        raise SystemExit(f"kwker: cannot run this model: {reason}")
-    dec = KwkDecoder(
-        model, max_cache_len=max_cache_len, precision=args.precision, threads=args.threads
-    )
-    del model
-    trim_memory()
-    generator = torch.Generator().manual_seed(args.seed) if args.seed is not None else None
+        ids = tokenizer(prompt)["input_ids"]
+    if len(ids) + args.max_new_tokens > dec.max_cache_len:
+        raise SystemExit(
+            f"kwker: the prompt's {len(ids)} tokens and --max-new-tokens {args.max_new_tokens} "
+            f"exceed --max-cache-len {dec.max_cache_len}"
+        )
+    generator = SeededGenerator(args.seed) if args.seed is not None else None
     sampling = dict(do_sample=args.temperature > 0, generator=generator)
     if args.temperature > 0:
         sampling.update(temperature=args.temperature, top_p=args.top_p, top_k=args.top_k)
@@ -61,10 +56,11 @@ def cmd_generate(args) -> int:
         stats = chunk.stats
     sys.stdout.write("\n")
     if stats:
+        source = "packed cache" if dec.from_cache else "packed now"
         print(
-            f"[kwker] {stats.new_tokens} tokens, {stats.tokens_per_s:.1f} tokens/s; prompt {stats.prompt_tokens} "
-            f"tokens in {stats.prefill_s:.2f} s ({dec.isa}, {dec.threads} threads, "
-            f"{args.precision or 'model dtype'})",
+            f"[kwker] {stats.new_tokens} tokens, {stats.tokens_per_s:.1f} tokens/s; prompt "
+            f"{stats.prompt_tokens} tokens in {stats.prefill_s:.2f} s ({dec.isa}, {dec.threads} "
+            f"threads, {dec.precision}; loaded in {dec.load_seconds:.2f} s, {source})",
             file=sys.stderr,
         )
     return 0

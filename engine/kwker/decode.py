@@ -18,29 +18,18 @@ import ctypes
 import ctypes.util
 import os
 
-import numpy as np
 import torch
 
-from kwker import _native
 from kwker.compiled import Decoder
-from kwker.cpu_backend import best_isa, decoder_available
 from kwker.families import family_for, supported_model_types
 from kwker.generation import StepDecoder
 from kwker.hf_generate import attach, installed, uninstall
-from kwker.precision import FORMATS, PRECISIONS, checked, own_precision
-from kwker.runner import DEFAULT_LOGIT_ROWS, DEFAULT_STEP_TOKENS
+from kwker.loading.build import KV_CACHE_TYPES, build_step, default_threads  # noqa: F401
+from kwker.loading.sources import TorchSource
+from kwker.precision import checked
+from kwker.runner import DEFAULT_STEP_TOKENS
 
-# The KV cache's element type: kv_cache="fp16" halves its memory and the bytes attention reads per token (at 2000
-# tokens of context SmolLM2's float32 cache is as many bytes as its int4 weights); "fp32" keeps keys and values
-# exact. By default fp16, except at precision fp32, which matches transformers' float32 attention.
-KV_CACHE_TYPES = ("fp32", "fp16")
-
-
-def default_threads() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
+DTYPES = {torch.float32, torch.bfloat16, torch.float16}
 
 
 def trim_memory() -> None:
@@ -63,20 +52,20 @@ def runner_unsupported(model, max_cache_len: int) -> str | None:
             f"model type {model_type!r} ({type(model).__name__}) is not supported natively (supported: "
             f"{', '.join(supported_model_types())}); kwker.compiled.Decoder runs any causal LM"
         )
-    return family.unsupported(model, max_cache_len)
-
-
-def _to_native_array(t: torch.Tensor, fmt: str) -> np.ndarray:
-    """The array the native loader takes for format fmt: float32 (F32, and Q8/Q4, which it quantizes itself) or
-    the uint16 bits of bf16 / fp16."""
-    dtype = getattr(torch, FORMATS[fmt].array)
-    t = t.detach().to(dtype).contiguous()
-    if dtype == torch.float32:
-        return t.numpy()
-    return t.view(torch.int16).numpy().view(np.uint16)
+    if not hasattr(model, "model") or not hasattr(model, "lm_head"):
+        return f"{type(model).__name__} is not a causal LM with a language-model head"
+    dtype = model.model.embed_tokens.weight.dtype
+    if dtype not in DTYPES:
+        return f"weights of dtype {dtype} are not supported (float32, bfloat16, float16)"
+    return family.unsupported(model.config, max_cache_len)
 
 
 class KwkDecoder(StepDecoder):
+    """The native step of a Hugging Face model object, its weights packed at `precision` (None:
+    the model's own dtype). The same weights from files (kwker.loading) pack the same bytes: both
+    go through kwker.loading.build. kv_cache: "fp16" (the default, except at precision fp32)
+    halves the KV cache and the bytes attention reads; "fp32" keeps keys and values exact."""
+
     def __init__(
         self,
         model,
@@ -91,54 +80,12 @@ class KwkDecoder(StepDecoder):
         reason = runner_unsupported(model, max_cache_len)
         if reason is not None:
             raise ValueError(f"KwkDecoder cannot run {type(model).__name__}: {reason}")
-        if not decoder_available():
-            raise RuntimeError(
-                f"this CPU has no supported SIMD kernels (best: {_native.isa_best()}); "
-                "KwkDecoder needs AVX2+FMA+F16C or AVX-512"
-            )
         precision = checked(precision)
-        if threads is not None and (not isinstance(threads, int) or threads < 1):
-            raise ValueError(f"threads must be a positive integer, got {threads!r}")
-        if kv_cache is not None and kv_cache not in KV_CACHE_TYPES:
-            raise ValueError(f"kv_cache must be None, 'fp32' or 'fp16', got {kv_cache!r}")
-        if not isinstance(max_batch, int) or max_batch < 1:
-            raise ValueError(f"max_batch must be a positive integer, got {max_batch!r}")
-        family = family_for(model)
-        precision = precision or own_precision(model.model.embed_tokens.weight.dtype)
-        matrix_fmt, embed_fmt = PRECISIONS[precision].matrices, PRECISIONS[precision].embeddings
-
-        cfg = family.native_config(model)
-        cfg["wtype"] = getattr(_native.WType, matrix_fmt)
-        self.kv_cache = kv_cache or ("fp32" if precision == "fp32" else "fp16")
-        cfg["kv_f16"] = self.kv_cache == "fp16"
-        cos, sin = family.rope_tables(model.config, max_cache_len)
-        cfg["rope_dim"] = (
-            2 * cos.shape[-1]
-        )  # the table's width: partial rotary models rotate fewer dims
-        step = _native.Model(
-            cfg,
-            cos,
-            sin,
-            max_cache_len,
-            max_batch,
-            min(max_step_tokens, max_cache_len),
-            DEFAULT_LOGIT_ROWS,
-            threads or default_threads(),
-            best_isa(),
-        )
         with torch.no_grad():
-            for name, w, bias in family.weights(model):
-                if w.dim() == 1:
-                    step.set_norm(name, w.detach().float().numpy())
-                else:
-                    fmt = embed_fmt if name in ("embed", "lm_head") else matrix_fmt
-                    step.set_matrix(
-                        name,
-                        _to_native_array(w, fmt),
-                        getattr(_native.WType, fmt),
-                        None if bias is None else bias.numpy(),
-                    )
-        step.check_complete()
+            step, precision, self.kv_cache = build_step(
+                model.config, TorchSource(model), precision, max_cache_len, threads=threads,
+                max_batch=max_batch, max_step_tokens=max_step_tokens, kv_cache=kv_cache,
+            )  # fmt: skip
         super().__init__(model, step, precision, tokenizer)
 
 

@@ -9,8 +9,7 @@ import time
 import uuid
 from collections import deque
 
-import torch
-
+from kwker.sampling import SeededGenerator
 from kwker.scheduler import DEFAULT_PREFILL_CHUNK, Scheduler
 from kwker.sequence import SequenceState
 
@@ -183,9 +182,7 @@ def _sampling(body: dict) -> dict:
     if temperature == 0:
         return {"do_sample": False}
     seed = body.get("seed")
-    gen = torch.Generator().manual_seed(
-        int(seed) if seed is not None else int(time.time_ns() % 2**62)
-    )
+    gen = SeededGenerator(int(seed) if seed is not None else int(time.time_ns() % 2**62))
     opts = {"do_sample": True, "temperature": float(temperature), "generator": gen}
     for key in ("top_p", "top_k", "min_p", "repetition_penalty"):
         if body.get(key) is not None:
@@ -361,20 +358,13 @@ def run_server(
 ) -> None:
     import uvicorn
 
-    from kwker.decode import KwkDecoder, trim_memory
-    from kwker.models import DEFAULT_MODEL, load_model
+    from kwker.models.loader import DEFAULT_MODEL, load_decoder
 
-    model, tokenizer = load_model(model_spec)
-    decoder = KwkDecoder(
-        model,
-        max_cache_len=max_cache_len,
-        precision=precision,
-        threads=threads,
+    decoder = load_decoder(
+        model_spec, max_cache_len=max_cache_len, precision=precision, threads=threads,
         max_batch=max_batch,
-        tokenizer=tokenizer,
-    )
-    del model
-    trim_memory()
+    )  # fmt: skip
+    tokenizer = decoder.tokenizer
     with ServingEngine(decoder, tokenizer) as engine:
         uvicorn.run(
             create_app(engine, model_spec or DEFAULT_MODEL, api_key),

@@ -567,13 +567,11 @@ def llama_cpp_rope_freqs(base, dim, factor, low, high, old_len):
     return np.array(out, np.float32)
 
 
-@pytest.mark.parametrize(("dim", "factor"), [(128, 8.0), (64, 32.0)])  # Llama 3.1 8B, 3.2 1B
-def test_llama3_scaling_from_rope_freqs(tmp_path, dim, factor):
+@pytest.mark.parametrize(("dim", "factor"), [(128, 8.0), (64, 32.0), (32, 8.0)])
+def test_rope_freqs_become_the_configs_frequency_factors(tmp_path, dim, factor):
     """llama.cpp stores Llama 3's scaling as per-frequency factors (transformers' GGUF loader ignores
-    them); the config recovers the scaling, and transformers' own llama3 frequencies follow from it."""
-    from transformers import LlamaConfig
-    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
-
+    them); the config keeps the file's factors as they are (rope type "freq_factors"), whatever
+    formula wrote them, and refuses factors that are not positive."""
     freqs = llama_cpp_rope_freqs(500000.0, dim, factor, 1.0, 4.0, 8192)
     meta = gguf_metadata(
         llama__embedding_length=(4, dim * 4),
@@ -584,21 +582,13 @@ def test_llama3_scaling_from_rope_freqs(tmp_path, dim, factor):
         tmp_path, meta, [Tensor("rope_freqs.weight", (dim // 2,), 0, data=freqs.tobytes())]
     )
     assert ours.rope_parameters == {
-        "rope_type": "llama3",
-        "factor": factor,
-        "low_freq_factor": 1.0,
-        "high_freq_factor": 4.0,
-        "original_max_position_embeddings": 8192,
+        "rope_type": "freq_factors",
+        "freq_factors": freqs.tolist(),
         "rope_theta": 500000.0,
     }
-    reference = LlamaConfig(**{k: v for k, v in vars(ours).items() if k != "model_type"})
-    inv_freq, _ = ROPE_INIT_FUNCTIONS["llama3"](reference, "cpu")
-    plain = 1.0 / 500000.0 ** (np.arange(0, dim, 2) / dim)
-    assert np.allclose(inv_freq.numpy(), plain / freqs, rtol=1e-6)  # llama.cpp's frequencies
-
-    with pytest.raises(ConfigError, match="do not follow Llama 3's scaling"):
+    with pytest.raises(ConfigError, match="not positive"):
         odd = freqs.copy()
-        odd[1] = 3.0
+        odd[1] = -3.0
         gguf_config(
             tmp_path,
             meta,

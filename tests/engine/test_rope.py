@@ -31,20 +31,6 @@ from kwker.families import gemma3, llama, phi3
 LENGTHS = [1, 7, 300, 5000]
 
 
-def _generic_mkl_machine() -> bool:
-    """Whether torch computes with what kwker.rope replays (AVX2 vectorization, MKL's generic path)."""
-    if torch.backends.cpu.get_cpu_capability() != "AVX2":
-        return False
-    try:
-        with open("/proc/cpuinfo") as f:
-            return "GenuineIntel" not in f.read()
-    except OSError:
-        return False
-
-
-EXACT = _generic_mkl_machine()
-
-
 def hf_tables(rotary, max_cache_len: int, *args) -> tuple[np.ndarray, np.ndarray]:
     """cos, sin float32 [max_cache_len, rope_dim / 2]: the module's tables for positions 0 .. L-1, their
     first (rotate_half) half, as the decoder took them before kwker.rope."""
@@ -66,14 +52,15 @@ def ulps(a: np.ndarray, b: np.ndarray) -> int:
 
 
 def assert_same(ours, theirs):
+    """As close as torch's float32 pow / cos / sin allow (see kwker.rope): inv_freq within an ulp,
+    so angles (position p times inv_freq <= 1) within a few ulp of p, and the tables within that
+    (rows are positions; 1-D arrays are compared as one position)."""
     assert ours.dtype == np.float32 and ours.shape == theirs.shape
-    if EXACT:
-        assert np.array_equal(ours.view(np.uint32), theirs.view(np.uint32)), (
-            f"{int((ours != theirs).sum())} of {ours.size} entries differ, by up to "
-            f"{ulps(ours, theirs)} ulp"
-        )
-    else:
-        assert ulps(ours, theirs) <= 1
+    position = np.arange(len(ours)).reshape(-1, *[1] * (ours.ndim - 1)) if ours.ndim > 1 else 0
+    tolerance = 2.5e-7 * (1 + position)
+    assert np.all(np.abs(ours.astype(np.float64) - theirs) <= tolerance), float(
+        np.abs(ours.astype(np.float64) - theirs).max()
+    )
 
 
 def small(cls, **kw):
@@ -243,29 +230,25 @@ def test_phi3_interface_is_llamas():
     assert cos.shape == (1, 4, 36)  # 0.75 of head_dim 96 rotates
 
 
-def test_angles_past_mkl_fast_path():
-    """Angles above 10000 rad take MKL's other (Payne-Hanek) reduction: long caches' first columns."""
+def test_long_caches_angles():
+    """Angles far past 2 pi (a long cache's first columns) stay within the ulp."""
     config = small(LlamaConfig, head_dim=32, max_position_embeddings=131072)
     cos, sin = llama.rope_tables(config, 20000)
     hf_cos, hf_sin = hf_tables(LlamaRotaryEmbedding(config), 20000)
-    if not EXACT:  # MKL's Intel kernels round ~0.02% of these angles differently
-        pytest.skip("torch's cos / sin here are not MKL's generic path")
     assert_same(cos[0], hf_cos)
     assert_same(sin[0], hf_sin)
 
 
-def test_functions_against_torch():
-    """The replayed pow, cos and sin themselves, on many more inputs than tables hold."""
+def test_functions_against_correct_rounding():
+    """pow, cos, sin are the float64 values rounded once (torch's are within an ulp of them)."""
     rng = np.random.default_rng(0)
-    x = np.concatenate([rng.uniform(0, 1e4, 200_000), rng.uniform(1e4, 3e5, 200_000),
-                        rng.uniform(-50, 50, 50_000)]).astype(np.float32)  # fmt: skip
+    x = rng.uniform(-1e5, 1e5, 100_000).astype(np.float32)
     t = torch.from_numpy(x)
-    assert_same(rope.mkl_cos(x), t.cos().numpy())
-    assert_same(rope.mkl_sin(x), t.sin().numpy())
-    for base in [10000.0, 500000.0, 1e6, 10000.5, *rng.uniform(2, 1e8, 20)]:
-        for dim in range(2, 514, 6):
-            e = torch.arange(0, dim, 2, dtype=torch.float) / dim
-            assert_same(rope.powf(base, e.numpy()), (base**e).numpy())
+    assert ulps(rope.cos32(x), t.cos().numpy()) <= 1
+    assert ulps(rope.sin32(x), t.sin().numpy()) <= 1
+    for base in [10000.0, 500000.0, 1e6, *rng.uniform(2, 1e8, 5)]:
+        e = torch.arange(0, 128, 2, dtype=torch.float) / 128
+        assert ulps(rope.powf(base, e.numpy()), (base**e).numpy()) <= 1
 
 
 def test_rope_table_direct():

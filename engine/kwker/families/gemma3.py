@@ -21,8 +21,7 @@ def rope_layer_types(config) -> list[str]:
     return sorted(set(config.layer_types))
 
 
-def unsupported(model, max_cache_len: int) -> str | None:
-    c = model.config
+def unsupported(c, max_cache_len: int) -> str | None:
     act = getattr(c, "hidden_activation", None)
     if act not in ACTIVATIONS:
         return f"activation {act!r} is not supported (supported: {', '.join(ACTIVATIONS)})"
@@ -37,20 +36,36 @@ def unsupported(model, max_cache_len: int) -> str | None:
         reason = llama.rope_unsupported(c.rope_parameters[kind] or {}, max_cache_len)
         if reason:
             return f"{kind} layers: {reason}"
-    return llama.shape_unsupported(model, max_cache_len)
+    return llama.shape_unsupported(c, max_cache_len)
 
 
-def native_config(model) -> dict:
-    c = model.config
-    emb = model.model.embed_tokens
+def embed_scale(c, embed_dtype: str) -> float:
+    """sqrt(hidden_size) in the embedding's dtype, as transformers multiplies by it (a float32
+    scalar cast to the weights' dtype; quantized GGUF weights load as float32)."""
+    scale = np.float32(c.hidden_size**0.5)
+    if embed_dtype == "BF16":
+        return _bf16(scale)
+    if embed_dtype == "F16":
+        return float(np.float16(scale))
+    return float(scale)
+
+
+def _bf16(x: np.float32) -> float:
+    """x rounded to bfloat16 (to nearest even), as a float."""
+    u = np.array([x], np.float32).view(np.uint32)
+    u = (u + np.uint32(0x7FFF) + ((u >> 16) & 1)) & np.uint32(0xFFFF0000)
+    return float(u.view(np.float32)[0])
+
+
+def native_config(c, tied: bool, embed_dtype: str) -> dict:
     kinds = rope_layer_types(c)
     return {
-        **llama.native_config(model),
+        **llama.native_config(c, tied, embed_dtype),
         "attn_scale": float(c.query_pre_attn_scalar**-0.5),
         "qk_norm": True,
         "post_norms": True,
         "activation": _native.Activation.GeluTanh,
-        "embed_scale": float(emb.embed_scale.to(emb.weight.dtype)),  # as transformers multiplies
+        "embed_scale": embed_scale(c, embed_dtype),
         "layer_rope": [kinds.index(t) for t in c.layer_types],
     }
 
@@ -69,21 +84,21 @@ def rope_tables(config, max_cache_len: int) -> tuple[np.ndarray, np.ndarray]:
     return np.stack([c for c, _ in tables]), np.stack([s for _, s in tables])
 
 
-def norm_weight(module):
-    return (
-        1.0 + module.weight.detach().float()
-    )  # Gemma's RMSNorm scales by (1 + w), computed in float32
+def norm_values(w):
+    """Gemma's RMSNorm scales by (1 + w), computed in float32."""
+    return np.float32(1.0) + w
 
 
-def layer_norms(layer):
-    """Gemma's four norms around attention and MLP, and the q/k head norms."""
-    yield "attn_norm", layer.input_layernorm
-    yield "post_attn_norm", layer.post_attention_layernorm
-    yield "mlp_norm", layer.pre_feedforward_layernorm
-    yield "post_mlp_norm", layer.post_feedforward_layernorm
-    yield "q_norm", layer.self_attn.q_norm
-    yield "k_norm", layer.self_attn.k_norm
+# Gemma's four norms around attention and MLP, and the q/k head norms
+LAYER_NORMS = (
+    ("attn_norm", "input_layernorm"),
+    ("post_attn_norm", "post_attention_layernorm"),
+    ("mlp_norm", "pre_feedforward_layernorm"),
+    ("post_mlp_norm", "post_feedforward_layernorm"),
+    ("q_norm", "self_attn.q_norm"),
+    ("k_norm", "self_attn.k_norm"),
+)
 
 
-def weights(model):
-    return llama.weights(model, norms=layer_norms, norm_weight=norm_weight)
+def weights(c, tied: bool):
+    return llama.weights(c, tied, norms=LAYER_NORMS)

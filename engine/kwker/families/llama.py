@@ -3,15 +3,16 @@ attention/MLP bias, the static rope scaling types transformers uses for them).""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
-import torch
 
 from kwker import rope
 
 # Rope types whose tables do not change with the sequence length, so they can be computed once at load.
-STATIC_ROPE_TYPES = {"default", "linear", "llama3", "yarn"}
+# (freq_factors: the per-frequency divisors a GGUF stores, see kwker.loading.config)
+STATIC_ROPE_TYPES = {"default", "linear", "llama3", "yarn", "freq_factors"}
 MAX_HEAD_DIM = 512
-DTYPES = {torch.float32, torch.bfloat16, torch.float16}
 
 
 def head_dim(config) -> int:
@@ -47,11 +48,8 @@ def rope_unsupported(params: dict, max_cache_len: int) -> str | None:
     return None
 
 
-def shape_unsupported(model, max_cache_len: int) -> str | None:
-    """The checks every family shares: a causal LM with a head, head sizes, cache length, weight dtype."""
-    c = model.config
-    if not hasattr(model, "model") or not hasattr(model, "lm_head"):
-        return f"{type(model).__name__} is not a causal LM with a language-model head"
+def shape_unsupported(c, max_cache_len: int) -> str | None:
+    """The checks every family shares, on the config: head sizes, cache length."""
     hd = head_dim(c)
     if hd % 2 or hd > MAX_HEAD_DIM:
         return f"head_dim {hd} is not supported (even, at most {MAX_HEAD_DIM})"
@@ -62,28 +60,23 @@ def shape_unsupported(model, max_cache_len: int) -> str | None:
             f"max_cache_len {max_cache_len} is longer than the model's max_position_embeddings "
             f"{c.max_position_embeddings}"
         )
-    dtype = model.model.embed_tokens.weight.dtype
-    if dtype not in DTYPES:
-        return f"weights of dtype {dtype} are not supported (float32, bfloat16, float16)"
     return None
 
 
-def unsupported(model, max_cache_len: int) -> str | None:
-    c = model.config
+def unsupported(c, max_cache_len: int) -> str | None:
+    """Why the native step cannot run a model of config `c` (None when it can)."""
     if getattr(c, "hidden_act", "silu") != "silu":
         return f"activation {c.hidden_act!r} is not supported (supported: silu)"
     params = getattr(c, "rope_parameters", None) or getattr(c, "rope_scaling", None) or {}
     if getattr(c, "pretraining_tp", 1) not in (None, 1):
         return "pretraining_tp > 1 is not supported"
-    return shape_unsupported(model, max_cache_len) or rope_unsupported(params, max_cache_len)
+    return shape_unsupported(c, max_cache_len) or rope_unsupported(params, max_cache_len)
 
 
-def tied(model) -> bool:
-    return model.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr()
-
-
-def native_config(model) -> dict:
-    c = model.config
+def native_config(c, tied: bool, embed_dtype: str) -> dict:
+    """The native step's configuration; tied: lm_head is the embedding; embed_dtype: the storage
+    type of the embedding (ggml names: F32, BF16, Q4_K, ...), which Gemma's embedding scale
+    follows."""
     hd = head_dim(c)
     return dict(
         n_layer=c.num_hidden_layers,
@@ -95,7 +88,7 @@ def native_config(model) -> dict:
         vocab=c.vocab_size,
         norm_eps=float(c.rms_norm_eps),
         attn_scale=float(hd**-0.5),
-        tied_embeddings=tied(model),
+        tied_embeddings=tied,
         layer_window=layer_windows(c),
     )
 
@@ -129,46 +122,51 @@ def rope_tables(config, max_cache_len: int) -> tuple[np.ndarray, np.ndarray]:
     return cos[None], sin[None]
 
 
-def _bias(linear):
-    return None if linear.bias is None else linear.bias.detach().float()
+@dataclass(frozen=True)
+class WeightSpec:
+    """A weight of the native step and the tensor it comes from (a Hugging Face state-dict name)."""
+
+    native: str  # embed, lm_head, norm, layers.<i>.<q|k|...|attn_norm|...>
+    source: str
+    kind: str = "matrix"  # or "norm"
+    bias: str | None = None  # the source's bias tensor, when the model has one
+    rows: tuple[int, int] | None = None  # the rows of a fused source matrix that are this one
 
 
-def layer_matrices(model, layer):
-    """(name, weight, bias) of a layer's seven matrices, for the Llama layout."""
-    a, mlp = layer.self_attn, layer.mlp
-    for name, lin in (
-        ("q", a.q_proj),
-        ("k", a.k_proj),
-        ("v", a.v_proj),
-        ("o", a.o_proj),
-        ("gate", mlp.gate_proj),
-        ("up", mlp.up_proj),
-        ("down", mlp.down_proj),
+def layer_matrices(c, i: int):
+    """The seven matrices of layer i, for the Llama layout (biases as the config says)."""
+    p = f"model.layers.{i}."
+    attn_bias, mlp_bias = getattr(c, "attention_bias", False), getattr(c, "mlp_bias", False)
+    for name, module, bias in (
+        ("q", "self_attn.q_proj", attn_bias),
+        ("k", "self_attn.k_proj", attn_bias),
+        ("v", "self_attn.v_proj", attn_bias),
+        ("o", "self_attn.o_proj", attn_bias),
+        ("gate", "mlp.gate_proj", mlp_bias),
+        ("up", "mlp.up_proj", mlp_bias),
+        ("down", "mlp.down_proj", mlp_bias),
     ):
-        yield name, lin.weight, _bias(lin)
+        yield WeightSpec(f"layers.{i}.{name}", p + module + ".weight",
+                         bias=p + module + ".bias" if bias else None)  # fmt: skip
 
 
-def layer_norms(layer):
-    """(name, norm module) of a layer's norms, for the Llama layout."""
-    yield "attn_norm", layer.input_layernorm
-    yield "mlp_norm", layer.post_attention_layernorm
+# (native name, Hugging Face module) of a layer's norms, for the Llama layout
+LAYER_NORMS = (("attn_norm", "input_layernorm"), ("mlp_norm", "post_attention_layernorm"))
 
 
-def norm_weight(module):
-    return module.weight
+def norm_values(w):
+    """A norm's weights as the native step multiplies by them (float32 [n])."""
+    return w
 
 
-def weights(model, matrices=layer_matrices, norms=layer_norms, norm_weight=norm_weight):
-    """Embedding, lm_head (untied), the final norm, and per layer `norms(layer)` and `matrices(model, layer)`; a
-    norm module's weight as the native step takes it is `norm_weight(module)`."""
-    m = model.model
-    yield "embed", m.embed_tokens.weight, None
-    if not tied(model):
-        yield "lm_head", model.lm_head.weight, None
-    yield "norm", norm_weight(m.norm), None
-    for i, layer in enumerate(m.layers):
-        p = f"layers.{i}."
-        for name, module in norms(layer):
-            yield p + name, norm_weight(module), None
-        for name, w, bias in matrices(model, layer):
-            yield p + name, w, bias
+def weights(c, tied: bool, matrices=layer_matrices, norms=LAYER_NORMS):
+    """The step's weights: embedding, lm_head (untied), the final norm, and per layer its `norms`
+    ((native, module) pairs) and `matrices(c, i)`."""
+    yield WeightSpec("embed", "model.embed_tokens.weight")
+    if not tied:
+        yield WeightSpec("lm_head", "lm_head.weight")
+    yield WeightSpec("norm", "model.norm.weight", "norm")
+    for i in range(c.num_hidden_layers):
+        for native, module in norms:
+            yield WeightSpec(f"layers.{i}.{native}", f"model.layers.{i}.{module}.weight", "norm")
+        yield from matrices(c, i)

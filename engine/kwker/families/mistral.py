@@ -3,4 +3,10 @@ sliding_window positions only (the native step windows its attention once the te
 
 from __future__ import annotations
 
-from kwker.families.llama import native_config, rope_tables, unsupported, weights  # noqa: F401  (the interface)
+from kwker.families.llama import (  # noqa: F401  (the interface)
+    native_config,
+    norm_values,
+    rope_tables,
+    unsupported,
+    weights,
+)

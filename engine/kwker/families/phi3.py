@@ -5,22 +5,29 @@ longrope scaling while the cache fits the original context, and a sliding window
 from __future__ import annotations
 
 from kwker.families import llama
-from kwker.families.llama import native_config, rope_tables, unsupported  # noqa: F401  (the family's interface)
+from kwker.families.llama import (  # noqa: F401  (the interface)
+    native_config,
+    norm_values,
+    rope_tables,
+    unsupported,
+)
 
 
-def fused_matrices(model, layer):
-    c = model.config
+def fused_matrices(c, i: int):
+    """q, k, v as rows of qkv_proj, gate and up as rows of gate_up_proj (no biases)."""
     hd = llama.head_dim(c)
     qd, kvd = c.num_attention_heads * hd, c.num_key_value_heads * hd
-    qkv, gate_up = layer.self_attn.qkv_proj.weight, layer.mlp.gate_up_proj.weight
-    yield "q", qkv[:qd], None
-    yield "k", qkv[qd : qd + kvd], None
-    yield "v", qkv[qd + kvd :], None
-    yield "o", layer.self_attn.o_proj.weight, None
-    yield "gate", gate_up[: c.intermediate_size], None
-    yield "up", gate_up[c.intermediate_size :], None
-    yield "down", layer.mlp.down_proj.weight, None
+    p, ff = f"model.layers.{i}.", c.intermediate_size
+    spec = llama.WeightSpec
+    qkv, gate_up = p + "self_attn.qkv_proj.weight", p + "mlp.gate_up_proj.weight"
+    yield spec(f"layers.{i}.q", qkv, rows=(0, qd))
+    yield spec(f"layers.{i}.k", qkv, rows=(qd, qd + kvd))
+    yield spec(f"layers.{i}.v", qkv, rows=(qd + kvd, qd + 2 * kvd))
+    yield spec(f"layers.{i}.o", p + "self_attn.o_proj.weight")
+    yield spec(f"layers.{i}.gate", gate_up, rows=(0, ff))
+    yield spec(f"layers.{i}.up", gate_up, rows=(ff, 2 * ff))
+    yield spec(f"layers.{i}.down", p + "mlp.down_proj.weight")
 
 
-def weights(model):
-    return llama.weights(model, matrices=fused_matrices)
+def weights(c, tied: bool):
+    return llama.weights(c, tied, matrices=fused_matrices)

@@ -4,18 +4,15 @@ and an explicit head_dim (128 on the small models, not hidden / heads)."""
 from __future__ import annotations
 
 from kwker.families import llama
-from kwker.families.llama import rope_tables, unsupported  # noqa: F401  (the family's interface)
+from kwker.families.llama import norm_values, rope_tables, unsupported  # noqa: F401  (the interface)
 
 
-def native_config(model) -> dict:
-    return {**llama.native_config(model), "qk_norm": True}
+def native_config(c, tied: bool, embed_dtype: str) -> dict:
+    return {**llama.native_config(c, tied, embed_dtype), "qk_norm": True}
 
 
-def layer_norms(layer):
-    yield from llama.layer_norms(layer)
-    yield "q_norm", layer.self_attn.q_norm
-    yield "k_norm", layer.self_attn.k_norm
+LAYER_NORMS = llama.LAYER_NORMS + (("q_norm", "self_attn.q_norm"), ("k_norm", "self_attn.k_norm"))
 
 
-def weights(model):
-    return llama.weights(model, norms=layer_norms)
+def weights(c, tied: bool):
+    return llama.weights(c, tied, norms=LAYER_NORMS)

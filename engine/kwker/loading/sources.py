@@ -1,0 +1,297 @@
+"""Where a model's tensors come from: a Hugging Face model object, safetensors files, or a GGUF file.
+
+Every source answers in the same terms, so one loader (kwker.loading.build) packs all three:
+`names` is the set of tensors it holds, under their Hugging Face state-dict names
+(`model.layers.0.self_attn.q_proj.weight`), and `tensor(name)` is a `RawTensor`: the bytes of its
+rows as the source stores them (ggml type ids name the storage, F32 / F16 / BF16 included), never a
+float copy. The native loader dequantizes and packs a panel of rows at a time from those bytes, so
+loading costs the packed weights plus a few rows of scratch, whatever the source's format.
+
+File sources map their files (numpy memmaps); `release(name)` drops a tensor's pages from this
+process once it is packed, so a file bigger than memory streams through.
+"""
+
+from __future__ import annotations
+
+import json
+import mmap
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from kwker import _native
+
+GGML_TYPE = {name: tid for tid, (name, _, _) in _native.ggml_types.items()}
+
+
+class BadModelFile(ValueError):
+    """A model file that cannot be loaded as it is; the message names the file and the tensor."""
+
+
+@dataclass
+class RawTensor:
+    raw: np.ndarray  # uint8 [rows * row bytes]: the rows as the source stores them
+    ggml_type: int
+    shape: tuple[int, ...]  # Hugging Face order: (rows, columns) for a matrix
+    # rows of a matrix that the source keeps permuted: row r is stored at row_order[r]
+    row_order: np.ndarray | None = None
+    offset: float = 0.0  # added to every value: a GGUF's Gemma norms are stored as 1 + w
+
+    @property
+    def type_name(self) -> str:
+        return _native.ggml_types[self.ggml_type][0]
+
+    def float32(self) -> np.ndarray:
+        """The values as float32, in Hugging Face order (for the small tensors: norms, biases)."""
+        k = self.shape[-1]
+        rows = int(np.prod(self.shape[:-1], dtype=np.int64))
+        values = _native.ggml_dequantize(self.raw, self.ggml_type, rows, k).reshape(self.shape)
+        if self.row_order is not None:
+            values = values[self.row_order]
+        if self.offset:
+            values = values + np.float32(self.offset)  # float32, as transformers subtracts it
+        return values
+
+
+class TorchSource:
+    """The tensors of a Hugging Face model object (its state dict; a tied lm_head is left out, as a
+    file leaves it out)."""
+
+    def __init__(self, model):
+        import torch
+
+        self._dtypes = {torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16"}
+        state = model.state_dict()
+        head = getattr(model, "lm_head", None)
+        embed = model.get_input_embeddings()
+        if head is not None and head.weight.data_ptr() == embed.weight.data_ptr():
+            state.pop("lm_head.weight", None)
+        self._state = {k: v for k, v in state.items() if not k.endswith("rotary_emb.inv_freq")}
+        self.names = set(self._state)
+        self.description = type(model).__name__
+
+    def tensor(self, name: str) -> RawTensor:
+        import torch
+
+        t = self._state[name].detach()
+        if t.dtype not in self._dtypes:
+            raise BadModelFile(f"{name}: weights of dtype {t.dtype} are not supported")
+        raw = t.contiguous().reshape(-1).view(torch.uint8).numpy()  # the storage's own bytes
+        return RawTensor(raw, GGML_TYPE[self._dtypes[t.dtype]], tuple(t.shape))
+
+    def release(self, name: str) -> None:
+        pass
+
+
+# safetensors dtypes the loader reads: the float types a checkpoint keeps its weights in
+SAFETENSORS_TYPES = {"F32": ("F32", 4), "F16": ("F16", 2), "BF16": ("BF16", 2)}
+
+
+class SafetensorsSource:
+    """A model's safetensors files: one `model.safetensors`, or the shards a
+    `model.safetensors.index.json` lists. The header of each file is read here (8 bytes of length,
+    then JSON: the format's whole specification) because the safetensors package's numpy reader
+    cannot return bfloat16, the dtype most checkpoints use, and its torch reader would need torch."""
+
+    def __init__(self, folder: Path):
+        folder = Path(folder)
+        index = folder / "model.safetensors.index.json"
+        if index.exists():
+            try:
+                weight_map = json.loads(index.read_text())["weight_map"]
+            except (ValueError, KeyError, TypeError) as e:
+                raise BadModelFile(f"{index}: not a safetensors index ({e})") from None
+            files = sorted({folder / f for f in weight_map.values()})
+        elif (folder / "model.safetensors").exists():
+            files = [folder / "model.safetensors"]
+        else:
+            raise BadModelFile(f"{folder} has no model.safetensors or model.safetensors.index.json")
+        self.files = files
+        self.description = str(folder)
+        self._where: dict[str, tuple[np.memmap, int, int, str, tuple[int, ...]]] = {}
+        for path in files:
+            self._read_header(path)
+        self.names = set(self._where)
+
+    def _read_header(self, path: Path) -> None:
+        if not path.exists():
+            raise BadModelFile(f"{path}: missing (the index names it)")
+        size = path.stat().st_size
+        with open(path, "rb") as f:
+            head = f.read(8)
+            if len(head) < 8:
+                raise BadModelFile(f"{path}: too short for a safetensors header")
+            n = int.from_bytes(head, "little")
+            if n > size - 8 or n > 100 << 20:
+                raise BadModelFile(f"{path}: header of {n} bytes does not fit the file")
+            try:
+                header = json.loads(f.read(n))
+            except ValueError as e:
+                raise BadModelFile(f"{path}: the header is not JSON ({e})") from None
+        data = np.memmap(path, dtype=np.uint8, mode="r") if size > 8 + n else None
+        start, spans = 8 + n, []
+        for name, info in header.items():
+            if name == "__metadata__":
+                continue
+            if name in self._where:
+                raise BadModelFile(f"{path}: tensor {name} is also in another file")
+            dtype, shape, (a, b) = info.get("dtype"), tuple(info["shape"]), info["data_offsets"]
+            if dtype not in SAFETENSORS_TYPES:
+                raise BadModelFile(f"{path}: tensor {name} has dtype {dtype}, not F32/F16/BF16")
+            want = int(np.prod(shape, dtype=np.int64)) * SAFETENSORS_TYPES[dtype][1]
+            if b - a != want or a < 0:
+                raise BadModelFile(
+                    f"{path}: tensor {name} has {b - a} bytes, its shape takes {want}"
+                )
+            if start + b > size:
+                raise BadModelFile(
+                    f"{path}: tensor {name} ends at byte {start + b}, past the end of the file "
+                    f"({size} bytes): the file is truncated"
+                )
+            spans.append((a, b, name))
+            self._where[name] = (data, start + a, start + b, dtype, shape)
+        spans.sort()
+        for (_, b0, n0), (a1, _, n1) in zip(spans, spans[1:], strict=False):
+            if a1 < b0:
+                raise BadModelFile(f"{path}: tensors {n0} and {n1} overlap")
+
+    def tensor(self, name: str) -> RawTensor:
+        data, a, b, dtype, shape = self._where[name]
+        raw = data[a:b] if b > a else np.zeros(0, np.uint8)
+        return RawTensor(np.asarray(raw), GGML_TYPE[SAFETENSORS_TYPES[dtype][0]], shape)
+
+    def release(self, name: str) -> None:
+        data, a, b, _, _ = self._where[name]
+        drop_pages(data, a, b)
+
+
+def drop_pages(data: np.memmap | None, a: int, b: int) -> None:
+    """Drops bytes [a, b) of a read-only file mapping from this process's memory (the page cache
+    keeps them): packed weights are what the process should hold, not the file it read them from."""
+    if data is None or b <= a:
+        return
+    m = data._mmap  # the mmap object numpy maps the file with
+    page = mmap.PAGESIZE
+    start, stop = a // page * page, -(-b // page) * page
+    if m is not None and hasattr(m, "madvise"):
+        m.madvise(mmap.MADV_DONTNEED, start, min(stop, len(m)) - start)
+
+
+def file_identity(paths) -> list[list]:
+    """What a packed-weights cache entry keys its source on: each file's resolved path, size and
+    modification time (a changed file is a new source)."""
+    out = []
+    for p in paths:
+        st = os.stat(p)
+        out.append([str(Path(p).resolve()), st.st_size, st.st_mtime_ns])
+    return out
+
+
+# GGUF tensor names (llama.cpp's) -> Hugging Face state-dict names, for the architectures the
+# families run; {i} is the layer. Gemma 3 names its four norms differently from Llama's two.
+GGUF_NAMES = {
+    "token_embd.weight": "model.embed_tokens.weight",
+    "output.weight": "lm_head.weight",
+    "output_norm.weight": "model.norm.weight",
+}
+GGUF_LAYER_NAMES = {
+    "attn_q": "self_attn.q_proj",
+    "attn_k": "self_attn.k_proj",
+    "attn_v": "self_attn.v_proj",
+    "attn_output": "self_attn.o_proj",
+    "ffn_gate": "mlp.gate_proj",
+    "ffn_up": "mlp.up_proj",
+    "ffn_down": "mlp.down_proj",
+    "attn_q_norm": "self_attn.q_norm",
+    "attn_k_norm": "self_attn.k_norm",
+    "attn_norm": "input_layernorm",
+}
+GGUF_NORMS = {
+    "gemma3": {
+        "post_attention_norm": "post_attention_layernorm",
+        "ffn_norm": "pre_feedforward_layernorm",
+        "post_ffw_norm": "post_feedforward_layernorm",
+    },
+}
+GGUF_DEFAULT_NORMS = {"ffn_norm": "post_attention_layernorm"}
+# Architectures whose converter (llama.cpp's convert_hf_to_gguf.py) permutes the rows of attn_q
+# and attn_k for its rope kernel, and those whose norms it stores as 1 + w.
+GGUF_PERMUTED_QK = {"llama"}
+GGUF_NORM_PLUS_ONE = {"gemma3"}
+
+
+def hf_name(arch: str, gguf_name: str) -> str | None:
+    """The Hugging Face name of a GGUF tensor (None: a name this architecture does not use)."""
+    if gguf_name in GGUF_NAMES:
+        return GGUF_NAMES[gguf_name]
+    parts = gguf_name.split(".")
+    if len(parts) != 4 or parts[0] != "blk" or not parts[1].isdigit():
+        return None
+    _, layer, leaf, kind = parts
+    target = GGUF_LAYER_NAMES.get(leaf) or GGUF_NORMS.get(arch, GGUF_DEFAULT_NORMS).get(leaf)
+    if target is None or kind not in ("weight", "bias"):
+        return None
+    return f"model.layers.{layer}.{target}.{kind}"
+
+
+class GgufSource:
+    """The tensors of a GGUF file (read by kwker.loading.gguf_file), under Hugging Face names,
+    with llama.cpp's conversions undone as transformers undoes them: the row permutation of
+    Llama's attn_q / attn_k (a row order, so the blocks are read as they are) and Gemma's 1 + w
+    norms (an offset of -1 on the float32 values)."""
+
+    # tensors a GGUF may hold that no family reads from it (their content is configuration the
+    # loader checks elsewhere)
+    EXTRA = {"rope_freqs.weight"}
+
+    def __init__(self, gguf, config):
+        self.file = gguf
+        self.description = str(gguf.path)
+        self.arch = gguf.metadata.get("general.architecture")
+        self._config = config
+        self._names: dict[str, str] = {}
+        unknown = []
+        for name in gguf.tensors:
+            if name in self.EXTRA:
+                continue
+            target = hf_name(self.arch, name)
+            if target is None:
+                unknown.append(name)
+            else:
+                self._names[target] = name
+        if unknown:
+            raise BadModelFile(
+                f"{gguf.path}: tensors {', '.join(unknown[:5])}"
+                f"{' ...' if len(unknown) > 5 else ''} are not part of a {self.arch} model"
+            )
+        self.names = set(self._names)
+        self._data = np.memmap(gguf.path, dtype=np.uint8, mode="r")
+
+    def gguf_name(self, name: str) -> str:
+        return self._names[name]
+
+    def tensor(self, name: str) -> RawTensor:
+        info = self.file.tensors[self._names[name]]
+        raw = np.asarray(self._data[info.offset : info.offset + info.nbytes])
+        order = None
+        if self.arch in GGUF_PERMUTED_QK and (".q_proj." in name or ".k_proj." in name):
+            c = self._config
+            heads = c.num_attention_heads if ".q_proj." in name else c.num_key_value_heads
+            order = llama_cpp_row_order(info.shape[0], heads)
+        offset = -1.0 if self.arch in GGUF_NORM_PLUS_ONE and name.endswith("norm.weight") else 0.0
+        return RawTensor(raw, info.ggml_type, tuple(info.shape), order, offset)
+
+    def release(self, name: str) -> None:
+        info = self.file.tensors[self._names[name]]
+        drop_pages(self._data, info.offset, info.offset + info.nbytes)
+
+
+def llama_cpp_row_order(rows: int, heads: int) -> np.ndarray:
+    """For each Hugging Face row of a q / k projection, the row llama.cpp's converter moved it to.
+    Within a head of d rows it interleaves the two rotary halves: HF row (half, i) is row 2 i + half
+    (convert_hf_to_gguf.py's `permute`; transformers' `_reverse_permute_weights` undoes it)."""
+    d = rows // heads
+    h, half, i = np.meshgrid(np.arange(heads), np.arange(2), np.arange(d // 2), indexing="ij")
+    return (h * d + 2 * i + half).reshape(-1).astype(np.int32)
