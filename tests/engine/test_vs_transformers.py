@@ -77,16 +77,26 @@ def test_fp32_logits_and_greedy_match_transformers(shape):
     assert torch.equal(ours, theirs)
 
 
+def fp32_inv_freq(model):
+    """The rotary frequencies in float32, as the model was built (model.to(dtype) rounds them)."""
+    rotary = model.model.rotary_emb
+    rotary.inv_freq = rotary.compute_default_rope_parameters(model.config)[0]
+    return model
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("shape", ["hd64-gqa3-untied", "odd-vocab-bias"])
 def test_half_precision_weights(shape, dtype):
     model = tiny_llama(**SHAPES[shape]).to(dtype)
+    # model.to(dtype) also rounds the rotary embedding's inv_freq buffer, which from_pretrained
+    # keeps in float32; kwker computes rope from the config, in float32 (kwker.rope)
+    fp32_inv_freq(model)
     ids = torch.tensor(PROMPT) % model.config.vocab_size
     ours = KwkDecoder(model, max_cache_len=64, kv_cache="fp32").forward(ids)
     default = KwkDecoder(model, max_cache_len=64).forward(ids)  # fp16 KV cache
     with torch.no_grad():
-        same_weights_fp32 = model.float()(ids).logits[0]
-        model.to(dtype)
+        same_weights_fp32 = fp32_inv_freq(model.float())(ids).logits[0]
+        fp32_inv_freq(model.to(dtype))
         native_dtype = model(ids).logits[0].float()
     assert rel_err(ours, same_weights_fp32) < 1e-4
     # the fp16 cache rounds keys and values to 11 significant bits (2^-11 = 4.9e-4 relative each)
