@@ -316,7 +316,19 @@ class ModelPicker(QDialog):
     def _import_dialog(self):
         path, _ = QFileDialog.getOpenFileName(self, "Import a GGUF file", "", "GGUF (*.gguf)")
         if path:
-            self.model_chosen.emit(path)
+            self.import_file(path)
+
+    def import_file(self, path: str):
+        """Checks the file can run and registers it where it is (never converted or copied)."""
+        from kwker.models import imported
+
+        try:
+            entry = imported.register(path)
+        except (OSError, ValueError) as e:
+            self.status.setText(f"Cannot import {path}: {e}")
+            return
+        self.status.setText(f"Imported {entry['name']} ({_size(entry['bytes'])}), kept at {path}")
+        self.model_chosen.emit(entry["path"])
 
     def done(self, result):  # noqa: A003  (QDialog's name)
         self.worker.cancel.set()

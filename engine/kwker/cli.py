@@ -92,11 +92,15 @@ def cmd_models(args) -> int:
     from kwker.models import hub
 
     if args.action == "list":
+        from kwker.models import imported
+
         rows = hub.cached_models()
         for repo, size, path in rows:
             print(f"{repo}\t{size / 1e6:.1f} MB\t{path}")
-        if not rows:
-            print("no models in the Hugging Face cache", file=sys.stderr)
+        for entry in imported.entries():
+            print(f"{entry['name']}\t{entry['bytes'] / 1e6:.1f} MB\t{entry['path']} (imported)")
+        if not rows and not imported.entries():
+            print("no models in the Hugging Face cache, none imported", file=sys.stderr)
         return 0
     if args.action == "search":
         for repo in hub.search(args.name):
@@ -106,7 +110,7 @@ def cmd_models(args) -> int:
         print(f"removed {args.name} ({hub.remove(args.name) / 1e6:.1f} MB freed)")
         return 0
     if args.action == "import":
-        return _import(args.name)
+        return _import(args.name, copy=args.copy)
     from tqdm import tqdm
 
     bar = tqdm(unit="B", unit_scale=True, unit_divisor=1024, desc=args.name)
@@ -128,23 +132,13 @@ def cmd_models(args) -> int:
     return 0
 
 
-def _import(path: str) -> int:
-    """Checks that a local folder or .gguf file can run, without loading its weights twice."""
-    import torch
-    from transformers import AutoConfig, AutoModelForCausalLM
+def _import(path: str, copy: bool = False) -> int:
+    """Checks that a local folder or .gguf file can run (its header and config only: no weights are
+    read, no torch) and registers it where it is, or copied into kwker's cache with --copy."""
+    from kwker.models import imported
 
-    from kwker.decode import runner_unsupported
-    from kwker.models.loader import resolve_model
-
-    folder = resolve_model(path, progress=_progress)
-    config = AutoConfig.from_pretrained(folder)
-    with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(config)
-    reason = runner_unsupported(model, min(2048, getattr(config, "max_position_embeddings", 2048)))
-    if reason:
-        print(f"kwker: {path} cannot run: {reason}", file=sys.stderr)
-        return 2
-    print(f"{path} is ready: {folder}")
+    entry = imported.register(path, copy=copy, progress=_progress)
+    print(f"{entry['name']} is ready: {entry['path']}")
     return 0
 
 
@@ -202,6 +196,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="tokens of context before the generation test (its GB/s count weights, not the KV cache)",
     )
     b.add_argument("--vs", default="", help="comma-separated peers: transformers, llama.cpp")
+    b.add_argument(
+        "--source-only",
+        action="store_true",
+        help="llama.cpp runs the model's own GGUF only (no GGUFs written for the comparison)",
+    )
     b.add_argument("--json", default=None, help="write the results to this file")
     b.add_argument(
         "--batch", default=None, help="comma-separated batch sizes: aggregate throughput instead"
@@ -242,6 +241,7 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("action", choices=["list", "download", "import", "remove", "search"])
     m.add_argument("name", nargs="?", default="", help="repo id, local path, or search text")
     m.add_argument("--token", default=None, help="a Hugging Face token for gated or private repos")
+    m.add_argument("--copy", action="store_true", help="import: copy the file into kwker's cache")
     m.set_defaults(func=cmd_models)
     return parser
 

@@ -5,11 +5,9 @@ from __future__ import annotations
 
 import statistics
 
-import torch
-
 from kwker.bench import measure, report
 from kwker.bench.peers import KwkerEngine, peer_engines
-from kwker.precision import canonical, quantized
+from kwker.precision import quantized
 
 
 def main(args) -> int:
@@ -50,6 +48,7 @@ def main(args) -> int:
             tg=args.tg,
             depth=args.depth,
             peers=peers,
+            source_only=args.source_only,
         )
     report.write_json(args.json, result)
     return 0
@@ -65,26 +64,26 @@ def run(
     depth=16,
     peers=(),
     out=print,
+    source_only=False,
 ) -> dict:
-    """pp<pp> and tg<tg> (after `depth` tokens of context) tokens/s of kwker and `peers`, run alternately in
-    one process on the same float32 weights and threads."""
-    from kwker.decode import default_threads
-    from kwker.models.loader import DEFAULT_MODEL, load_model
+    """pp<pp> and tg<tg> (after `depth` tokens of context) tokens/s of kwker and `peers`, run
+    alternately in one process on the same weights and threads. kwker loads the model's files as
+    the app does (precision None: the nearest to the files' own)."""
+    from kwker.loading.build import default_threads
+    from kwker.models.loader import DEFAULT_MODEL, resolve_model
 
     threads = threads or default_threads()
     limits = measure.machine_limits(threads)
     out(report.machine_line(limits, threads))
-    model, _ = load_model(model_spec, dtype=torch.float32)
     name = model_spec or DEFAULT_MODEL
     n_ctx = max(pp, depth) + tg + 32
-    engines = [KwkerEngine(model, precision, threads, n_ctx)]
-    # the model is loaded as float32: its own precision is fp32
-    engines += peer_engines(
-        peers, model, model_spec, canonical(precision) or "fp32", threads, n_ctx, out
-    )
+    engines = [KwkerEngine(resolve_model(model_spec), precision, threads, n_ctx)]
+    precision = engines[0].dec.precision
+    config = engines[0].dec.config
+    engines += peer_engines(peers, model_spec, precision, threads, n_ctx, out, source_only)
     out(report.model_line(name, precision, threads, engines[0].bytes_per_token))
 
-    vocab = model.config.vocab_size
+    vocab = config.vocab_size
     # the generation test decodes after `depth` tokens of context (llama-bench's tg128 @ d<depth>)
     pp_tokens, tg_prompt = (
         measure.prompt_tokens(pp, vocab),
@@ -102,7 +101,7 @@ def run(
     out(report.bandwidth_line(timings.probes, bw, threads))
     # Prefill's ceiling: the multiply-accumulates of the layers' matrices per token at the compute peak of
     # the precision's kernels, the median of the peaks measured beside the prefill runs.
-    macs = measure.prefill_macs_per_token(model)
+    macs = measure.prefill_macs_per_token(config)
     peak = statistics.median(timings.peaks)
     kind = "int8" if is_quantized else "fp32"
     out(report.peak_line(timings.peaks, peak, kind, threads))

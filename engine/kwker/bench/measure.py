@@ -98,11 +98,13 @@ def time_engines(
     return timings
 
 
-def prefill_macs_per_token(model) -> int:
-    """Multiply-accumulates of one prompt token in the layers' matrices (embeddings and lm_head excluded:
-    prefill computes logits for the last token only)."""
-    skip = {id(model.get_input_embeddings().weight), id(model.get_output_embeddings().weight)}
-    return sum(p.numel() for p in model.parameters() if p.dim() == 2 and id(p) not in skip)
+def prefill_macs_per_token(config) -> int:
+    """Multiply-accumulates of one prompt token in the layers' matrices (embeddings and lm_head
+    excluded: prefill computes logits for the last token only)."""
+    hd = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    q, kv = config.num_attention_heads * hd, config.num_key_value_heads * hd
+    per_layer = config.hidden_size * (2 * q + 2 * kv + 3 * config.intermediate_size)
+    return config.num_hidden_layers * per_layer
 
 
 def steady_rss(
@@ -122,22 +124,15 @@ def steady_rss(
 
 
 def steady_rss_child(model_spec, precision, threads, max_cache_len) -> dict:
-    """steady_rss's measurement, in the fresh process."""
-    from kwker.decode import KwkDecoder, trim_memory
-    from kwker.models.loader import load_model
+    """steady_rss's measurement, in the fresh process: the model loaded from its files, as the
+    app loads it (kwker.loading: no torch)."""
+    from kwker.models.loader import load_decoder
 
-    model, tokenizer = load_model(model_spec)
-    dec = KwkDecoder(
-        model,
-        max_cache_len=max_cache_len,
-        precision=precision,
-        threads=threads,
-        tokenizer=tokenizer,
+    dec = load_decoder(
+        model_spec, max_cache_len=max_cache_len, precision=precision, threads=threads
     )
-    del model
     gc.collect()
-    trim_memory()
-    ids = tokenizer("The capital of France is", return_tensors="pt").input_ids
+    ids = dec.tokenizer("The capital of France is")["input_ids"]
     dec.generate(ids, max_new_tokens=32)
     return {"steady": current_rss_mb(), "peak": peak_rss_mb(), "max_cache_len": max_cache_len}
 

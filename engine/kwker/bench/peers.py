@@ -19,11 +19,12 @@ LLAMA_CPP_MISSING = "llama.cpp: llama-cpp-python is not installed (pip install '
 class KwkerEngine:
     name = "kwker"
 
-    def __init__(self, model, precision, threads, max_cache_len):
-        from kwker.decode import KwkDecoder
+    def __init__(self, path, precision, threads, max_cache_len):
+        """kwker on the model files at `path`, as the app and the CLI load them (kwker.loading)."""
+        from kwker.loading.load import load_decoder
 
-        self.dec = KwkDecoder(
-            model, max_cache_len=max_cache_len, precision=precision, threads=threads
+        self.dec = load_decoder(
+            path, max_cache_len=max_cache_len, precision=precision, threads=threads
         )
         self.bytes_per_token = self.dec.weight_bytes_per_token
 
@@ -148,8 +149,10 @@ class LlamaCppLookup:
         return speedup, outputs["plain"] == outputs["lookup"]
 
 
-def peer_engines(peers, model, model_spec, precision, threads, n_ctx, out) -> list:
-    """The peer engines named in `peers` for kwker at `precision` (a table name; the model is float32)."""
+def peer_engines(peers, model_spec, precision, threads, n_ctx, out, source_only=False) -> list:
+    """The peer engines named in `peers` for kwker at `precision` (a table name). transformers
+    loads the model itself, as float32; llama.cpp runs GGUFs of the same weights (source_only:
+    only the model's own GGUF, none written for the comparison)."""
     engines = []
     for peer in peers:
         if peer == "transformers":
@@ -157,15 +160,18 @@ def peer_engines(peers, model, model_spec, precision, threads, n_ctx, out) -> li
             if dtype is None:
                 out(f"transformers has no {precision} weights: skipped")
                 continue
+            from kwker.models.loader import load_model
+
+            model, _ = load_model(model_spec, dtype=torch.float32)
             engines.append(TransformersEngine(model, dtype, threads))
         elif peer in LLAMA_CPP:
-            engines += llama_cpp_engines(model_spec, precision, threads, n_ctx, out)
+            engines += llama_cpp_engines(model_spec, precision, threads, n_ctx, out, source_only)
         else:
             raise ValueError(f"unknown peer {peer!r} (transformers, llama.cpp)")
     return engines
 
 
-def llama_cpp_engines(model_spec, precision, threads, n_ctx, out) -> list:
+def llama_cpp_engines(model_spec, precision, threads, n_ctx, out, source_only=False) -> list:
     """llama.cpp on the GGUFs of these weights that match `precision`: those written in its peer formats,
     the source file when the precision keeps its matrices exactly, and llama.cpp's own quantizer's."""
     from kwker.models.loader import source_gguf
@@ -179,11 +185,14 @@ def llama_cpp_engines(model_spec, precision, threads, n_ctx, out) -> list:
         out(f"llama.cpp: no GGUF format matches {precision}: skipped")
         return []
     types = gguf_matrix_types(src)
-    runs = [(peer_gguf(src, fmt), fmt) for fmt in spec.gguf]
-    if types <= spec.gguf_kept:
-        runs.append((src, f"{'+'.join(sorted(types))} (source file)"))
+    if source_only:
+        runs = [(src, f"{'+'.join(sorted(types))} (source file)")]
+    else:
+        runs = [(peer_gguf(src, fmt), fmt) for fmt in spec.gguf]
+        if types <= spec.gguf_kept:
+            runs.append((src, f"{'+'.join(sorted(types))} (source file)"))
     try:
-        for fmt in spec.llama_quantize:
+        for fmt in () if source_only else spec.llama_quantize:
             path = recipe_gguf(src, fmt, threads)
             runs.append(
                 (path, f"{'+'.join(sorted(gguf_matrix_types(path)))} (llama-quantize {fmt})")
