@@ -33,8 +33,11 @@ def measure(
     max_tokens: int = 512,
     threads: int | None = None,
     ggufs: dict | None = None,
+    kwker_files: dict | None = None,
 ) -> list[dict]:
-    """One row per kwker precision, then one per llama.cpp GGUF of ggufs ({name: path}), all against kwker fp32."""
+    """One row per kwker precision, one per GGUF of kwker_files ({name: path}, loaded by kwker from
+    the file at its nearest precision), then one per llama.cpp GGUF of ggufs ({name: path}), all
+    against kwker fp32."""
     from kwker.decode import KwkDecoder
 
     ids = tokenizer(text(), return_tensors="pt")["input_ids"][0, :max_tokens]
@@ -63,6 +66,12 @@ def measure(
 
     for precision in precisions:
         row(precision, reference if precision == "fp32" else log_probs(precision))
+    for name, path in (kwker_files or {}).items():
+        from kwker.loading.load import load_decoder
+
+        dec = load_decoder(path, max_cache_len=len(ids), threads=threads, cache=False)
+        logp = torch.from_numpy(dec.forward(ids.tolist())).double().log_softmax(-1)
+        row(f"{name} ({dec.precision})", logp)
     for name, path in (ggufs or {}).items():
         row(name, llama_cpp_log_probs(path, ids.tolist(), threads))
     return rows
@@ -106,6 +115,27 @@ def llama_cpp_ggufs(model_spec) -> dict:
     )
 
 
+# The GGUF types kwker reads, written from the same weights: by the gguf package (the first five)
+# and by llama.cpp's quantizer (its K-quant recipes, when llama-cpp-python is installed)
+FILE_TYPES = ("Q8_0", "Q5_1", "Q5_0", "Q4_1", "Q4_0")
+RECIPE_TYPES = ("Q6_K", "Q5_K_M", "Q4_K_M", "Q3_K_M", "Q2_K")
+
+
+def kwker_file_rows(model_spec, out=print) -> dict:
+    """{row name: path}: a GGUF of these weights in each type kwker maps onto its formats."""
+    from kwker.bench.peers import peer_gguf, recipe_gguf
+    from kwker.models.loader import source_gguf
+
+    src = source_gguf(model_spec)
+    if src is None:
+        return {}
+    files = {f"kwker from {fmt}": peer_gguf(src, fmt) for fmt in FILE_TYPES}
+    if importlib.util.find_spec("llama_cpp") is None:
+        out("K-quant files need llama.cpp's quantizer (pip install 'kwker[bench]'): skipped")
+        return files
+    return files | {f"kwker from {fmt}": recipe_gguf(src, fmt, 0) for fmt in RECIPE_TYPES}
+
+
 def run(model_spec=None, threads=None, out=print, peers=()) -> list[dict]:
     from kwker.bench.peers import LLAMA_CPP, LLAMA_CPP_MISSING
     from kwker.models.loader import DEFAULT_MODEL, load_model
@@ -122,16 +152,16 @@ def run(model_spec=None, threads=None, out=print, peers=()) -> list[dict]:
             ggufs = llama_cpp_ggufs(model_spec)
             if not ggufs:
                 out("llama.cpp: no GGUF of these weights to convert from: skipped")
-    rows = measure(model, tokenizer, threads=threads, ggufs=ggufs)
+    files = kwker_file_rows(model_spec, out)
+    rows = measure(model, tokenizer, threads=threads, ggufs=ggufs, kwker_files=files)
     out(
         f"model: {model_spec or DEFAULT_MODEL}, text: {rows[0]['tokens']} tokens of public-domain prose"
     )
     out("| weights | perplexity | mean KL vs fp32 (nats) | top-1 agreement vs fp32 |")
     out("|---|---|---|---|")
     for r in rows:
-        name = (
-            r["precision"] if r["precision"].startswith("llama.cpp") else f"kwker {r['precision']}"
-        )
+        plain = r["precision"].startswith(("llama.cpp", "kwker from"))
+        name = r["precision"] if plain else f"kwker {r['precision']}"
         out(
             f"| {name} | {r['perplexity']:.3f} | {r['mean_kl_vs_fp32']:.4f} | "
             f"{r['top1_agreement_vs_fp32']:.1%} |"

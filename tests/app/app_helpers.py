@@ -1,17 +1,21 @@
 """Helpers for the app tests: open the window on the test data dir, send and wait."""
 
-LOAD_TIMEOUT_MS = 300_000  # first run: the default model is fetched from PyPI and converted
+LOAD_TIMEOUT_MS = 300_000  # first run: the default model is fetched from PyPI and packed
 
 
 def open_window(qtbot, settings: dict | None = None, keep_saved: bool = False):
     """The main window on the test's data dir, once its model is loaded. Unless keep_saved, the tests' settings
-    (greedy, short answers, plus `settings`) are saved first."""
+    (greedy, short answers, bf16 weights, plus `settings`) are saved first. bf16: the golden answers are
+    float activations'; with int8 activations (int4, balanced) SmolLM2 answers "What is the capital of
+    France?" with a list of French words, as llama.cpp does on the same Q4_1 file."""
     from kwker.app.store import Store
     from kwker.app.views.main_window import MainWindow
 
     store = Store()
     if not keep_saved:
-        store.save_settings({"temperature": 0.0, "max_new_tokens": 24, **(settings or {})})
+        store.save_settings(
+            {"temperature": 0.0, "max_new_tokens": 24, "precision": "bf16", **(settings or {})}
+        )
     win = MainWindow(store)
     qtbot.addWidget(win)
     qtbot.waitUntil(lambda: win.model_info is not None, timeout=LOAD_TIMEOUT_MS)

@@ -7,7 +7,6 @@ from pathlib import Path
 import huggingface_hub.constants as hf_constants
 import pytest
 from app_helpers import LOAD_TIMEOUT_MS, open_window
-from transformers import AutoTokenizer
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "engine"))
 import hub_server  # noqa: E402
@@ -18,15 +17,14 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture
 def hub(tmp_path, monkeypatch):
+    from kwker.loading.tokenizer import load_tokenizer
     from kwker.models.loader import resolve_model
 
     folder = tmp_path / "repo"
     tiny_llama(vocab=49152, hidden=64, heads=2, kv_heads=1, inter=96, layers=2).save_pretrained(
         folder
     )
-    AutoTokenizer.from_pretrained(resolve_model(None)).save_pretrained(
-        folder
-    )  # SmolLM2's tokenizer
+    load_tokenizer(resolve_model(None)).save_pretrained(folder)  # SmolLM2's tokenizer
     state = hub_server.HubState({"tiny/chat": folder})
     state.delay_per_chunk = 0.001
     server, url = hub_server.start(state)

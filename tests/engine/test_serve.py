@@ -11,7 +11,6 @@ import httpx
 import pytest
 import torch
 from helpers import tiny_llama
-from transformers import AutoTokenizer
 
 from kwker.decode import KwkDecoder
 from kwker.serve import QueueFull, ServingEngine, create_app
@@ -96,11 +95,10 @@ def test_cancel_and_queue_full(model, alone):
 def server(model):
     import uvicorn
 
+    from kwker.loading.tokenizer import load_tokenizer
     from kwker.models.loader import resolve_model
 
-    tokenizer = AutoTokenizer.from_pretrained(
-        resolve_model(None)
-    )  # SmolLM2's real tokenizer, 49152 tokens
+    tokenizer = load_tokenizer(resolve_model(None))  # SmolLM2's real tokenizer, 49152 tokens
     dec = KwkDecoder(model, max_cache_len=256, max_batch=4, tokenizer=tokenizer)
     engine = ServingEngine(dec, tokenizer)
     engine.start()

@@ -1,7 +1,8 @@
 """GGUF files of the same weights in another format, for running llama.cpp side by side with Kwker.
 
 `requantize(src, dst, fmt)` keeps every metadata key (tokenizer, chat template, hyper-parameters) and re-encodes
-each 2-D tensor with the `gguf` package's reference quantizers (F32, BF16, Q8_0, Q4_0, Q4_1); 1-D tensors (norms) stay
+each 2-D tensor with the `gguf` package's reference quantizers (F32, BF16, Q8_0, Q4_0, Q4_1, Q5_0,
+Q5_1); 1-D tensors (norms) stay
 F32 as llama.cpp's own converter keeps them. `llama_quantize(src, dst, fmt)` has llama.cpp's own quantizer (the
 llama-quantize tool's recipe, through llama-cpp-python) write fmt instead: it picks some tensors' types itself, e.g.
 Q8_0 for a tied embedding whose rows are not a multiple of 256 (SmolLM2, Qwen2.5 0.5B).
@@ -22,6 +23,8 @@ FORMATS = {
     "Q8_0": ("Q8_0", "MOSTLY_Q8_0"),
     "Q4_0": ("Q4_0", "MOSTLY_Q4_0"),
     "Q4_1": ("Q4_1", "MOSTLY_Q4_1"),
+    "Q5_0": ("Q5_0", "MOSTLY_Q5_0"),
+    "Q5_1": ("Q5_1", "MOSTLY_Q5_1"),
 }
 SKIP_KEYS = {
     "general.architecture",
@@ -70,6 +73,12 @@ LLAMA_FTYPES = {
     "Q4_0": "LLAMA_FTYPE_MOSTLY_Q4_0",
     "Q4_1": "LLAMA_FTYPE_MOSTLY_Q4_1",
     "Q8_0": "LLAMA_FTYPE_MOSTLY_Q8_0",
+    # the K-quant recipes (gguf-py has no K-quant quantizer)
+    "Q2_K": "LLAMA_FTYPE_MOSTLY_Q2_K",
+    "Q3_K_M": "LLAMA_FTYPE_MOSTLY_Q3_K_M",
+    "Q4_K_M": "LLAMA_FTYPE_MOSTLY_Q4_K_M",
+    "Q5_K_M": "LLAMA_FTYPE_MOSTLY_Q5_K_M",
+    "Q6_K": "LLAMA_FTYPE_MOSTLY_Q6_K",
 }
 
 
