@@ -173,3 +173,20 @@ def test_models_command(hubsrv):
         env=env,
     )
     assert r.returncode != 0 and "gated" in r.stderr
+
+
+def test_resolve_model_downloads_through_the_hub_module_and_says_why_it_cannot(hubsrv, monkeypatch):
+    """The loader's hub fallback is kwker.models.hub's download (sha256, resume), its errors
+    reach the user (a gated repo is not "cannot find model"), and the files load as they are."""
+    from kwker.loading.load import load_decoder
+    from kwker.models.loader import ModelNotFound, resolve_model
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    snap = resolve_model(REPO)
+    assert (snap / "model.safetensors").is_file()
+    assert resolve_model(REPO) == snap  # found in the cache now
+    assert load_decoder(snap, max_cache_len=16, cache=False).precision == "fp32"
+    with pytest.raises(hub.GatedRepoError, match="gated"):
+        resolve_model("tiny/gated")
+    with pytest.raises(ModelNotFound, match="not found on the Hub"):
+        resolve_model("nobody/nothing")
