@@ -8,20 +8,8 @@ import struct
 from dataclasses import dataclass
 from math import prod
 
-SCALAR_FORMATS = {
-    0: "<B",
-    1: "<b",
-    2: "<H",
-    3: "<h",
-    4: "<I",
-    5: "<i",
-    6: "<f",
-    7: "<?",
-    10: "<Q",
-    11: "<q",
-    12: "<d",
-}
-STRING, ARRAY = 8, 9
+from kwker.loading.gguf_file import SCALAR_FORMATS, STRING  # noqa: E402  (the reader's own)
+
 # (elements, bytes) per block, from ggml-common.h: written independently of kwker.loading.gguf_file
 BLOCKS = {
     0: (1, 4),

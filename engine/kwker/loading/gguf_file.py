@@ -122,8 +122,8 @@ class GgufFile:
 
 # Value type ids of GGUF metadata (gguf.md, `gguf_metadata_value_type`): the fixed-size ones, as struct formats
 # for single values and numpy dtypes for arrays.
-_STRING, _ARRAY = 8, 9
-_SCALAR_FORMATS = {
+STRING, ARRAY = 8, 9
+SCALAR_FORMATS = {
     0: "<B",
     1: "<b",
     2: "<H",
@@ -136,8 +136,8 @@ _SCALAR_FORMATS = {
     11: "<q",
     12: "<d",
 }
-_SCALARS = {t: struct.Struct(f) for t, f in _SCALAR_FORMATS.items()}
-_ARRAY_DTYPES = {t: np.dtype(f.replace("?", "u1")) for t, f in _SCALAR_FORMATS.items()}
+_SCALARS = {t: struct.Struct(f) for t, f in SCALAR_FORMATS.items()}
+_ARRAY_DTYPES = {t: np.dtype(f.replace("?", "u1")) for t, f in SCALAR_FORMATS.items()}
 _U32 = struct.Struct("<I")
 _U64 = struct.Struct("<Q")
 _HEADER = struct.Struct("<4sIQQ")
@@ -182,9 +182,9 @@ class _Header:
     def value(self, value_type: int, what: str):
         if value_type in _SCALARS:
             return self.unpack(_SCALARS[value_type], what)
-        if value_type == _STRING:
+        if value_type == STRING:
             return self.string(what)
-        if value_type == _ARRAY:
+        if value_type == ARRAY:
             element_type = self.unpack(_U32, what)
             count = self.unpack(_U64, what)
             return self.array(element_type, count, what)
@@ -198,9 +198,9 @@ class _Header:
             values = np.frombuffer(self.buf, dtype, count, self.pos).tolist()
             self.pos += count * dtype.itemsize
             return [bool(v) for v in values] if element_type == 7 else values
-        if element_type == _STRING:
+        if element_type == STRING:
             return self.string_array(count, what)
-        if element_type == _ARRAY:
+        if element_type == ARRAY:
             self.need(count * 12, what)  # each nested array has at least its type and count
             return [
                 self.array(self.unpack(_U32, what), self.unpack(_U64, what), f"{what}[{i}]")
