@@ -34,7 +34,10 @@ RETURNS = ("torch", "numpy")
 
 def token_ids(input_ids, vocab_size: int) -> list[int]:
     """One sequence of token ids as a list of ints: a tensor of shape (1, T) or (T,) of int32 or
-    int64, or a list of ints. Raises TypeError / ValueError naming what is wrong."""
+    int64, a list of ints, or a tokenizer's output holding "input_ids" (what
+    apply_chat_template returns). Raises TypeError / ValueError naming what is wrong."""
+    if hasattr(input_ids, "keys") and "input_ids" in input_ids.keys():
+        input_ids = input_ids["input_ids"]
     if is_tensor(input_ids):
         ids = _tensor_ids(input_ids)
     elif isinstance(input_ids, (list, tuple)):

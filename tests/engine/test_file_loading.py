@@ -208,3 +208,12 @@ print(len(out[0]), len(out2[0]))
     assert done.returncode == 0, done.stderr
     n = len(json.loads("[" + done.stdout.split()[0] + "]"))
     assert n == 1
+
+
+def test_a_tokenizers_output_is_a_prompt(tmp_path):
+    """apply_chat_template's default result (a mapping with input_ids) is taken as the prompt."""
+    path = write_gguf(tmp_path / "tiny.gguf", "tiny", "Q8_0")
+    dec = load_decoder(path, 64, cache=False)
+    ids = dec.tokenizer("hello world")["input_ids"]
+    as_mapping = dec.tokenizer("hello world")
+    assert np.array_equal(dec.generate(as_mapping, max_new_tokens=4), dec.generate(ids, 4))
