@@ -1,11 +1,13 @@
 """Model families the native step runs, one module per Hugging Face `model_type`.
 
-A family module provides:
-  unsupported(model, max_cache_len) -> str | None   why this model (variant) cannot run, or None
-  native_config(model) -> dict                       the native step's configuration
-  rope_tables(model, max_cache_len) -> (cos, sin)    float32 [n_tables, max_cache_len, rope_dim / 2]
+A family module works on a config (a transformers config or kwker.loading.config.ModelConfig):
+  unsupported(config, max_cache_len) -> str | None   why this model (variant) cannot run, or None
+  native_config(config, tied, embed_dtype) -> dict   the native step's configuration
+  rope_tables(config, max_cache_len) -> (cos, sin)   numpy float32 [n_tables, max_cache_len, rope_dim / 2]
                                                      (native_config's layer_rope picks a table per layer)
-  weights(model) -> iterable of (name, tensor, bias) matrices in HF [out, in] layout, and norms (bias None, 1-D)
+  weights(config, tied) -> iterable of WeightSpec    each native weight and the Hugging Face tensor it
+                                                     comes from (kwker.loading.build reads them)
+  norm_values(w) -> w                                a norm's float32 weights as the step uses them
 """
 
 from __future__ import annotations
