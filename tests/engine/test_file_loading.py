@@ -217,3 +217,26 @@ def test_a_tokenizers_output_is_a_prompt(tmp_path):
     ids = dec.tokenizer("hello world")["input_ids"]
     as_mapping = dec.tokenizer("hello world")
     assert np.array_equal(dec.generate(as_mapping, max_new_tokens=4), dec.generate(ids, 4))
+
+
+def test_a_full_disk_costs_only_the_cache(tmp_path, own_cache, monkeypatch):
+    """The cache entry cannot be written (ENOSPC): the model loads and runs, no partial file stays,
+    and the next load packs again."""
+    import errno
+
+    from kwker.loading import packed_cache
+
+    path = write_gguf(tmp_path / "tiny.gguf", "tiny", "Q4_0")
+
+    def full(fd):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    said = []
+    with monkeypatch.context() as m:
+        m.setattr(packed_cache.os, "fsync", full)
+        dec = load_decoder(path, 64, precision="int4", progress=said.append)
+    assert any("No space left" in s for s in said)
+    assert len(dec.generate([1, 2, 3], max_new_tokens=4)[0]) == 7
+    assert not list((own_cache / "packed").glob("*.kwk*"))
+    assert not load_decoder(path, 64, precision="int4").from_cache
+    assert load_decoder(path, 64, precision="int4").from_cache
