@@ -29,7 +29,7 @@ def cmd_generate(args) -> int:
     )
     prompt = prompt or DEFAULT_PROMPT
     dec = load_decoder(
-        model_spec, progress=_progress, max_cache_len=args.max_cache_len or 4096,
+        model_spec, progress=_progress, max_cache_len=args.max_cache_len,
         precision=args.precision, threads=args.threads,
     )  # fmt: skip
     tokenizer = dec.tokenizer

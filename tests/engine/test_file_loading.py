@@ -240,3 +240,17 @@ def test_a_full_disk_costs_only_the_cache(tmp_path, own_cache, monkeypatch):
     assert not list((own_cache / "packed").glob("*.kwk*"))
     assert not load_decoder(path, 64, precision="int4").from_cache
     assert load_decoder(path, 64, precision="int4").from_cache
+
+
+def test_a_cached_model_is_checked_as_a_fresh_one_and_gets_a_context_it_can_hold(tmp_path):
+    """The packed cache skips packing, never the checks: a context past the model's positions is
+    refused on a warm load too. Without one, a decoder holds DEFAULT_CACHE_LEN tokens or the
+    model's max_position_embeddings (the tiny model's 2048), whichever is less."""
+    from kwker.loading.load import DEFAULT_CACHE_LEN
+
+    path = write_gguf(tmp_path / "tiny.gguf", "tiny", "Q4_0")
+    dec = load_decoder(path, precision="int4")
+    assert dec.max_cache_len == min(DEFAULT_CACHE_LEN, 2048) == 2048
+    assert load_decoder(path, precision="int4").from_cache
+    with pytest.raises(ValueError, match="max_position_embeddings 2048"):
+        load_decoder(path, 4096, precision="int4")

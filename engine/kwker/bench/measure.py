@@ -101,7 +101,9 @@ def time_engines(
 def prefill_macs_per_token(config) -> int:
     """Multiply-accumulates of one prompt token in the layers' matrices (embeddings and lm_head
     excluded: prefill computes logits for the last token only)."""
-    hd = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    from kwker.families.llama import head_dim
+
+    hd = head_dim(config)
     q, kv = config.num_attention_heads * hd, config.num_key_value_heads * hd
     per_layer = config.hidden_size * (2 * q + 2 * kv + 3 * config.intermediate_size)
     return config.num_hidden_layers * per_layer

@@ -1,7 +1,9 @@
 """One loader for every source: a model's config and its tensors (kwker.loading.sources) in, the
 native step with its weights packed out.
 
-    step, precision = build_step(config, source, precision="int4", max_cache_len=2048, ...)
+    step, precision, kv_cache = build_step(config, source, "int4", max_cache_len=2048, ...)
+
+or, for weights that come from elsewhere (the packed cache), empty_step(...) and fill it.
 
 The family (kwker.families) says which tensors the step needs under their Hugging Face names;
 each matrix goes from the source's bytes to packed panels in one native call
@@ -20,7 +22,7 @@ from kwker import _native
 from kwker.cpu_backend import best_isa, decoder_available
 from kwker.families import FAMILIES, supported_model_types
 from kwker.loading.packed_cache import Recording
-from kwker.loading.sources import GGML_TYPE, BadModelFile
+from kwker.loading.sources import BadModelFile
 from kwker.precision import PRECISIONS, checked
 from kwker.runner import DEFAULT_LOGIT_ROWS, DEFAULT_STEP_TOKENS
 
@@ -89,23 +91,7 @@ def check_options(max_cache_len, threads, kv_cache, max_batch) -> None:
         )
 
 
-def new_step(config, family, tied: bool, embed_dtype: str, precision: str, max_cache_len: int,
-             threads, max_batch: int, max_step_tokens: int, kv_cache: str):  # fmt: skip
-    """An empty native step (no weights yet) for `config` at `precision`."""
-    cfg = family.native_config(config, tied=tied, embed_dtype=embed_dtype)
-    cfg["wtype"] = getattr(_native.WType, PRECISIONS[precision].matrices)
-    cfg["kv_f16"] = kv_cache == "fp16"
-    cos, sin = family.rope_tables(config, max_cache_len)
-    cfg["rope_dim"] = (
-        2 * cos.shape[-1]
-    )  # the table's width: partial rotary models rotate fewer dims
-    return _native.Model(
-        cfg, cos, sin, max_cache_len, max_batch, min(max_step_tokens, max_cache_len),
-        DEFAULT_LOGIT_ROWS, threads or default_threads(), best_isa(),
-    )  # fmt: skip
-
-
-def build_step(
+def empty_step(
     config,
     source,
     precision: str | None,
@@ -114,11 +100,9 @@ def build_step(
     max_batch: int = 1,
     max_step_tokens: int = DEFAULT_STEP_TOKENS,
     kv_cache: str | None = None,
-    recording: Recording | None = None,
 ):
-    """(step, precision, kv_cache): the native step of `config` with `source`'s weights packed at
-    `precision` (None: the source's own). `recording`, if given, collects what was set (for the
-    packed cache)."""
+    """(step, precision, kv_cache): the native step of `config` at `precision` (None: the
+    source's own) with no weights yet, after checking that it can run at all."""
     check_options(max_cache_len, threads, kv_cache, max_batch)
     family = family_of(config)
     reason = family.unsupported(config, max_cache_len)
@@ -126,17 +110,36 @@ def build_step(
         raise ValueError(f"cannot run this {config.model_type} model: {reason}")
     precision = checked(precision) or own_precision(source)
     kv_cache = kv_cache or ("fp32" if precision == "fp32" else "fp16")
-    tied = is_tied(config, source)
     embed = "model.embed_tokens.weight"
     if embed not in source.names:
         raise BadModelFile(f"{source.description}: tensor {embed} is missing")
-    step = new_step(config, family, tied, source.tensor(embed).type_name, precision,
-                    max_cache_len, threads, max_batch, max_step_tokens, kv_cache)  # fmt: skip
-    load_weights(step, family, config, source, precision, tied, recording)
+    tied, embed_dtype = is_tied(config, source), source.tensor(embed).type_name
+    cfg = family.native_config(config, tied=tied, embed_dtype=embed_dtype)
+    cfg["wtype"] = getattr(_native.WType, PRECISIONS[precision].matrices)
+    cfg["kv_f16"] = kv_cache == "fp16"
+    cos, sin = family.rope_tables(config, max_cache_len)
+    cfg["rope_dim"] = (
+        2 * cos.shape[-1]
+    )  # the table's width: partial rotary models rotate fewer dims
+    step = _native.Model(
+        cfg, cos, sin, max_cache_len, max_batch, min(max_step_tokens, max_cache_len),
+        DEFAULT_LOGIT_ROWS, threads or default_threads(), best_isa(),
+    )  # fmt: skip
     return step, precision, kv_cache
 
 
-def load_weights(step, family, config, source, precision, tied, recording=None) -> None:
+def build_step(config, source, precision, max_cache_len, recording: Recording | None = None,
+               **options):  # fmt: skip
+    """(step, precision, kv_cache): empty_step's step with `source`'s weights packed into it.
+    `recording`, if given, collects what was set (for the packed cache)."""
+    step, precision, kv_cache = empty_step(config, source, precision, max_cache_len, **options)
+    load_weights(step, config, source, precision, recording)
+    return step, precision, kv_cache
+
+
+def load_weights(step, config, source, precision: str, recording=None) -> None:
+    """Packs every weight the family names from `source` into `step`, strictly (see the module)."""
+    family, tied = family_of(config), is_tied(config, source)
     matrix_fmt, embed_fmt = PRECISIONS[precision].matrices, PRECISIONS[precision].embeddings
     used = {"lm_head.weight"} if tied else set()
 
@@ -187,4 +190,4 @@ def load_weights(step, family, config, source, precision, tied, recording=None) 
     step.check_complete()
 
 
-__all__ = ["GGML_TYPE", "build_step", "family_of", "own_precision"]
+__all__ = ["build_step", "empty_step", "family_of", "own_precision"]

@@ -20,7 +20,7 @@ from types import SimpleNamespace
 
 from kwker.generation import StepDecoder
 from kwker.loading import packed_cache
-from kwker.loading.build import build_step, family_of, is_tied, new_step, own_precision
+from kwker.loading.build import empty_step, load_weights, own_precision
 from kwker.loading.config import config_from_gguf, config_from_json
 from kwker.loading.gguf_file import read_gguf
 from kwker.loading.sources import (
@@ -90,9 +90,13 @@ def cached_tokenizer(folder: Path, make):
     return tokenizer
 
 
+# The context a decoder gets when none is asked for (at most the model's own)
+DEFAULT_CACHE_LEN = 4096
+
+
 def load_decoder(
     model_path,
-    max_cache_len: int = 2048,
+    max_cache_len: int | None = None,
     precision: str | None = None,
     threads: int | None = None,
     max_batch: int = 1,
@@ -102,30 +106,30 @@ def load_decoder(
     progress=None,
 ) -> FileDecoder:
     """A decoder for the model at `model_path` (a .gguf file or a safetensors folder) at
-    `precision` (None: the nearest to the file's own; see kwker.loading.build). cache=False neither
-    reads nor writes the packed-weights cache. Raises BadModelFile (a ValueError) naming what is
+    `precision` (None: the nearest to the file's own; see kwker.loading.build), holding
+    max_cache_len tokens (None: DEFAULT_CACHE_LEN or the model's max_position_embeddings, whichever
+    is less). cache=False neither reads nor writes the packed-weights cache. Raises BadModelFile (a ValueError) naming what is
     wrong with the files."""
     started = time.perf_counter()
     path = Path(model_path).expanduser()
     if not path.exists():
         raise FileNotFoundError(f"no such model file or folder: {path}")
     config, source, files, generation, make_tokenizer = open_files(path)
-    precision = checked(precision) or own_precision(source)
-    kv_cache = kv_cache or ("fp32" if precision == "fp32" else "fp16")
+    if max_cache_len is None:
+        max_cache_len = min(DEFAULT_CACHE_LEN, config.max_position_embeddings)
+    precision = checked(precision) or own_precision(source)  # the cache key needs it
     identity = {"source": file_identity(files), "config": sorted(vars(config).items(), key=str)}
     source_key = packed_cache.entry_key(identity)
     key = packed_cache.entry_key({**identity, "precision": precision})
     root = cache_dir() / "packed"
     entry = root / f"{path.stem}-{precision}-{key}.kwk"
-    options = dict(threads=threads, max_batch=max_batch, max_step_tokens=max_step_tokens)
+    options = dict(threads=threads, max_batch=max_batch, max_step_tokens=max_step_tokens,
+                   kv_cache=kv_cache)  # fmt: skip
     step, from_cache = None, False
     if cache and entry.exists():
         if progress:
             progress(f"reading the packed weights of {path.name}")
-        family = family_of(config)
-        embed = source.tensor("model.embed_tokens.weight").type_name
-        step = new_step(config, family, is_tied(config, source), embed, precision,
-                        max_cache_len, threads, max_batch, max_step_tokens, kv_cache)  # fmt: skip
+        step, precision, kv_cache = empty_step(config, source, precision, max_cache_len, **options)
         try:
             packed_cache.read_entry(entry, key, step)
             step.check_complete()
@@ -133,15 +137,13 @@ def load_decoder(
         except packed_cache.StaleEntry as e:
             if progress:
                 progress(f"rebuilding the packed weights: {e}")
-            step = None
+            step = None  # partly filled: a fresh one is packed below
     if step is None:
         if progress:
             progress(f"packing {path.name} at {precision}")
         recording = packed_cache.Recording() if cache else None
-        step, precision, kv_cache = build_step(
-            config, source, precision, max_cache_len, kv_cache=kv_cache, recording=recording,
-            **options,
-        )  # fmt: skip
+        step, precision, kv_cache = empty_step(config, source, precision, max_cache_len, **options)
+        load_weights(step, config, source, precision, recording)
         if cache:
             try:
                 packed_cache.write_entry(entry, key, step, recording)
