@@ -25,11 +25,9 @@ from kwker.families import family_for, supported_model_types
 from kwker.generation import StepDecoder
 from kwker.hf_generate import attach, installed, uninstall
 from kwker.loading.build import KV_CACHE_TYPES, build_step, default_threads  # noqa: F401
-from kwker.loading.sources import TorchSource
+from kwker.loading.sources import TorchSource, torch_storage_type
 from kwker.precision import checked
 from kwker.runner import DEFAULT_STEP_TOKENS
-
-DTYPES = {torch.float32, torch.bfloat16, torch.float16}
 
 
 def trim_memory() -> None:
@@ -55,7 +53,7 @@ def runner_unsupported(model, max_cache_len: int) -> str | None:
     if not hasattr(model, "model") or not hasattr(model, "lm_head"):
         return f"{type(model).__name__} is not a causal LM with a language-model head"
     dtype = model.model.embed_tokens.weight.dtype
-    if dtype not in DTYPES:
+    if torch_storage_type(dtype) is None:
         return f"weights of dtype {dtype} are not supported (float32, bfloat16, float16)"
     return family.unsupported(model.config, max_cache_len)
 

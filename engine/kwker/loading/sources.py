@@ -55,14 +55,18 @@ class RawTensor:
         return values
 
 
+def torch_storage_type(dtype) -> str | None:
+    """The ggml name of a torch dtype's storage (F32, F16, BF16); None for one kwker cannot read."""
+    import torch
+
+    return {torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16"}.get(dtype)
+
+
 class TorchSource:
     """The tensors of a Hugging Face model object (its state dict; a tied lm_head is left out, as a
     file leaves it out)."""
 
     def __init__(self, model):
-        import torch
-
-        self._dtypes = {torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16"}
         state = model.state_dict()
         head = getattr(model, "lm_head", None)
         embed = model.get_input_embeddings()
@@ -76,10 +80,11 @@ class TorchSource:
         import torch
 
         t = self._state[name].detach()
-        if t.dtype not in self._dtypes:
+        storage = torch_storage_type(t.dtype)
+        if storage is None:
             raise BadModelFile(f"{name}: weights of dtype {t.dtype} are not supported")
         raw = t.contiguous().reshape(-1).view(torch.uint8).numpy()  # the storage's own bytes
-        return RawTensor(raw, GGML_TYPE[self._dtypes[t.dtype]], tuple(t.shape))
+        return RawTensor(raw, GGML_TYPE[storage], tuple(t.shape))
 
     def release(self, name: str) -> None:
         pass
