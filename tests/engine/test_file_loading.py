@@ -254,3 +254,21 @@ def test_a_cached_model_is_checked_as_a_fresh_one_and_gets_a_context_it_can_hold
     assert load_decoder(path, precision="int4").from_cache
     with pytest.raises(ValueError, match="max_position_embeddings 2048"):
         load_decoder(path, 4096, precision="int4")
+
+
+def test_import_registers_a_file_where_it_is_and_refuses_a_bad_one(tmp_path, own_cache):
+    from kwker.models import imported
+
+    path = write_gguf(tmp_path / "tiny.gguf", "tiny", "Q4_K")
+    entry = imported.register(path)
+    assert entry["path"] == str(path.resolve()) and entry["bytes"] == path.stat().st_size
+    assert imported.entries() == [entry]
+    assert not (own_cache / "packed").exists()  # checked from its header: nothing packed
+    copied = imported.register(path, copy=True)
+    assert Path(copied["path"]).parent == own_cache / "models" / "imported"
+    assert Path(copied["path"]).read_bytes() == path.read_bytes()
+    bad = tmp_path / "bad.gguf"
+    rewrite_gguf(path, bad, drop={"token_embd.weight"})
+    with pytest.raises(BadModelFile, match="model.embed_tokens.weight is missing"):
+        imported.register(bad)
+    assert [e["path"] for e in imported.entries()] == [entry["path"], copied["path"]]

@@ -27,6 +27,7 @@ from kwker.precision import PRECISIONS, checked
 from kwker.runner import DEFAULT_LOGIT_ROWS, DEFAULT_STEP_TOKENS
 
 KV_CACHE_TYPES = ("fp32", "fp16")
+EMBED = "model.embed_tokens.weight"  # the one tensor every family reads first
 
 # The precision a GGUF's matrix type runs at when none is asked for: the nearest Kwker format
 # (perf-notes #18: the 4- and 5-bit types lose least as Q4, the 6- and 8-bit ones as Q8).
@@ -62,7 +63,7 @@ def is_tied(config, source) -> bool:
     )
 
 
-def own_precision(source, embed: str = "model.embed_tokens.weight") -> str:
+def own_precision(source) -> str:
     """The precision a model's files hold best: for float files the dtype of their weights, for a
     quantized GGUF the nearest precision of the type most of its layers' matrix values are in."""
     counts: dict[str, int] = {}
@@ -71,7 +72,7 @@ def own_precision(source, embed: str = "model.embed_tokens.weight") -> str:
             t = source.tensor(name)
             counts[t.type_name] = counts.get(t.type_name, 0) + int(np.prod(t.shape))
     if not counts:
-        counts[source.tensor(embed).type_name] = 1
+        counts[source.tensor(EMBED).type_name] = 1
     return GGUF_PRECISION[max(counts, key=counts.get)]
 
 
@@ -91,6 +92,18 @@ def check_options(max_cache_len, threads, kv_cache, max_batch) -> None:
         )
 
 
+def check_model(config, source, max_cache_len: int):
+    """The family of `config`, after checking that it runs with max_cache_len tokens and that the
+    source has an embedding (ValueError / BadModelFile saying why not)."""
+    family = family_of(config)
+    reason = family.unsupported(config, max_cache_len)
+    if reason is not None:
+        raise ValueError(f"cannot run this {config.model_type} model: {reason}")
+    if EMBED not in source.names:
+        raise BadModelFile(f"{source.description}: tensor {EMBED} is missing")
+    return family
+
+
 def empty_step(
     config,
     source,
@@ -104,16 +117,10 @@ def empty_step(
     """(step, precision, kv_cache): the native step of `config` at `precision` (None: the
     source's own) with no weights yet, after checking that it can run at all."""
     check_options(max_cache_len, threads, kv_cache, max_batch)
-    family = family_of(config)
-    reason = family.unsupported(config, max_cache_len)
-    if reason is not None:
-        raise ValueError(f"cannot run this {config.model_type} model: {reason}")
+    family = check_model(config, source, max_cache_len)
     precision = checked(precision) or own_precision(source)
     kv_cache = kv_cache or ("fp32" if precision == "fp32" else "fp16")
-    embed = "model.embed_tokens.weight"
-    if embed not in source.names:
-        raise BadModelFile(f"{source.description}: tensor {embed} is missing")
-    tied, embed_dtype = is_tied(config, source), source.tensor(embed).type_name
+    tied, embed_dtype = is_tied(config, source), source.tensor(EMBED).type_name
     cfg = family.native_config(config, tied=tied, embed_dtype=embed_dtype)
     cfg["wtype"] = getattr(_native.WType, PRECISIONS[precision].matrices)
     cfg["kv_f16"] = kv_cache == "fp16"

@@ -32,17 +32,11 @@ def entries() -> list[dict]:
 def check_runs(path: Path) -> None:
     """Raises ValueError (naming the reason) unless the files at `path` can run: their header,
     config and tensor table are read, not their weights."""
-    from kwker.loading.build import family_of
+    from kwker.loading.build import check_model
     from kwker.loading.load import open_files
 
     config, source, _, _, _ = open_files(path)
-    family = family_of(config)
-    length = min(2048, getattr(config, "max_position_embeddings", 2048))
-    reason = family.unsupported(config, length)
-    if reason:
-        raise ValueError(f"{path} cannot run: {reason}")
-    if "model.embed_tokens.weight" not in source.names:
-        raise ValueError(f"{path} has no token embedding: not a complete model")
+    check_model(config, source, min(2048, config.max_position_embeddings))
 
 
 def register(path, copy: bool = False, progress=None) -> dict:
