@@ -7,7 +7,7 @@ rows as the source stores them (ggml type ids name the storage, F32 / F16 / BF16
 float copy. The native loader dequantizes and packs a panel of rows at a time from those bytes, so
 loading costs the packed weights plus a few rows of scratch, whatever the source's format.
 
-File sources map their files (numpy memmaps); `release(name)` drops a tensor's pages from this
+File sources map their files (MappedFile); `release(name)` drops a tensor's pages from this
 process once it is packed, so a file bigger than memory streams through.
 """
 
@@ -115,7 +115,7 @@ class SafetensorsSource:
             raise BadModelFile(f"{folder} has no model.safetensors or model.safetensors.index.json")
         self.files = files
         self.description = str(folder)
-        self._where: dict[str, tuple[np.memmap, int, int, str, tuple[int, ...]]] = {}
+        self._where: dict[str, tuple[MappedFile | None, int, int, str, tuple[int, ...]]] = {}
         for path in files:
             self._read_header(path)
         self.names = set(self._where)
@@ -135,7 +135,7 @@ class SafetensorsSource:
                 header = json.loads(f.read(n))
             except ValueError as e:
                 raise BadModelFile(f"{path}: the header is not JSON ({e})") from None
-        data = np.memmap(path, dtype=np.uint8, mode="r") if size > 8 + n else None
+        data = MappedFile(path) if size > 8 + n else None  # None: a file without tensor data
         start, spans = 8 + n, []
         for name, info in header.items():
             if name == "__metadata__":
@@ -164,24 +164,34 @@ class SafetensorsSource:
 
     def tensor(self, name: str) -> RawTensor:
         data, a, b, dtype, shape = self._where[name]
-        raw = data[a:b] if b > a else np.zeros(0, np.uint8)
-        return RawTensor(np.asarray(raw), GGML_TYPE[SAFETENSORS_TYPES[dtype][0]], shape)
+        raw = data.view(a, b) if b > a else np.zeros(0, np.uint8)
+        return RawTensor(raw, GGML_TYPE[SAFETENSORS_TYPES[dtype][0]], shape)
 
     def release(self, name: str) -> None:
         data, a, b, _, _ = self._where[name]
-        drop_pages(data, a, b)
+        if data is not None:
+            data.drop(a, b)
 
 
-def drop_pages(data: np.memmap | None, a: int, b: int) -> None:
-    """Drops bytes [a, b) of a read-only file mapping from this process's memory (the page cache
-    keeps them): packed weights are what the process should hold, not the file it read them from."""
-    if data is None or b <= a:
-        return
-    m = data._mmap  # the mmap object numpy maps the file with
-    page = mmap.PAGESIZE
-    start, stop = a // page * page, -(-b // page) * page
-    if m is not None and hasattr(m, "madvise"):
-        m.madvise(mmap.MADV_DONTNEED, start, min(stop, len(m)) - start)
+class MappedFile:
+    """A file mapped read-only: byte ranges as uint8 arrays (views, no copy), and `drop` to let
+    go of a range's pages once read. This process should hold the packed weights, not the file
+    they came from; the page cache keeps the pages, so nothing is read twice."""
+
+    def __init__(self, path):
+        with open(path, "rb") as f:
+            self._map = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        self._bytes = np.frombuffer(self._map, np.uint8)  # read-only, as the mapping is
+
+    def view(self, a: int, b: int) -> np.ndarray:
+        return self._bytes[a:b]
+
+    def drop(self, a: int, b: int) -> None:
+        """Drops bytes [a, b) (the whole pages they touch) from this process's memory."""
+        page = mmap.PAGESIZE
+        start, stop = a // page * page, min(-(-b // page) * page, len(self._map))
+        if stop > start and hasattr(self._map, "madvise"):  # madvise: Python 3.8+ on Unix
+            self._map.madvise(mmap.MADV_DONTNEED, start, stop - start)
 
 
 def file_identity(paths) -> list[list]:
@@ -272,14 +282,14 @@ class GgufSource:
                 f"{' ...' if len(unknown) > 5 else ''} are not part of a {self.arch} model"
             )
         self.names = set(self._names)
-        self._data = np.memmap(gguf.path, dtype=np.uint8, mode="r")
+        self._data = MappedFile(gguf.path)
 
     def gguf_name(self, name: str) -> str:
         return self._names[name]
 
     def tensor(self, name: str) -> RawTensor:
         info = self.file.tensors[self._names[name]]
-        raw = np.asarray(self._data[info.offset : info.offset + info.nbytes])
+        raw = self._data.view(info.offset, info.offset + info.nbytes)
         order = None
         if self.arch in GGUF_PERMUTED_QK and (".q_proj." in name or ".k_proj." in name):
             c = self._config
@@ -290,7 +300,7 @@ class GgufSource:
 
     def release(self, name: str) -> None:
         info = self.file.tensors[self._names[name]]
-        drop_pages(self._data, info.offset, info.offset + info.nbytes)
+        self._data.drop(info.offset, info.offset + info.nbytes)
 
 
 def llama_cpp_row_order(rows: int, heads: int) -> np.ndarray:
