@@ -1,5 +1,6 @@
 """Messages as HTML for the chat view: Markdown (markdown-it) with code blocks that carry a Copy link, a Copy link
-per message, an Edit link on user messages, and optional tinting of the tokens that came from speculation."""
+per message, an Edit link on user messages, a quiet line of the answer's statistics, and optional tinting of
+the text that came from speculation (over the rendered Markdown)."""
 
 from __future__ import annotations
 
@@ -10,13 +11,65 @@ from markdown_it import MarkdownIt
 
 _md = MarkdownIt("commonmark", {"html": False}).enable("table").enable("strikethrough")
 _CODE = re.compile(r"<pre><code( class=\"[^\"]*\")?>(.*?)</code></pre>", re.S)
+_TAG = re.compile(r"(<[^>]*>)")
+# How far ahead in the source a rendered character is looked for (Markdown syntax, a link's URL)
+# before it is taken as one the renderer made up
+_LOOKAHEAD = 400
+
+SOURCE_NAMES = {"lookup": "prompt lookup", "draft": "the draft model"}
 
 
-def markdown_html(text: str, code_blocks: list[str]) -> str:
-    """HTML of text; each code block gets a Copy link (copy-code:N) and its source is appended to code_blocks."""
+def add_run(runs: list, text: str, source: str) -> None:
+    """Appends text's characters to runs ([[characters, source], ...]), merging a run of the same
+    source."""
+    if not text:
+        return
+    if runs and runs[-1][1] == source:
+        runs[-1][0] += len(text)
+    else:
+        runs.append([len(text), source])
+
+
+def tint(rendered: str, text: str, runs: list, colors: dict[str, str]) -> str:
+    """`rendered` (the HTML of Markdown `text`) with the characters that came from a speculation
+    source (runs over text, see add_run) on that source's colour. Each rendered character is matched
+    to the next equal character of the source (what Markdown drops, its syntax, is skipped), so the
+    tint follows the text through emphasis, lists and code blocks."""
+    labels = [source for n, source in runs for _ in range(n)]
+    labels += [""] * (len(text) - len(labels))
+    out, j = [], 0
+    for part in _TAG.split(rendered):
+        if part.startswith("<") or not part.strip():
+            out.append(part)  # a tag, or the whitespace between blocks
+            continue
+        groups: list[list] = []  # [source, characters]
+        for ch in html.unescape(part):
+            found = text.find(ch, j, j + _LOOKAHEAD)
+            source = ""
+            if found >= 0:
+                source, j = labels[found], found + 1
+            if groups and groups[-1][0] == source:
+                groups[-1][1].append(ch)
+            else:
+                groups.append([source, [ch]])
+        for source, chars in groups:
+            piece = html.escape("".join(chars), quote=False)
+            out.append(
+                f'<span style="background-color:{colors[source]}">{piece}</span>'
+                if source
+                else piece
+            )
+    return "".join(out)
+
+
+def markdown_html(
+    text: str, code_blocks: list[str], runs: list | None = None, colors: dict | None = None
+) -> str:
+    """HTML of text; each code block gets a Copy link (copy-code:N) and its source is appended to code_blocks.
+    With runs (see add_run) and the theme's colors, speculated text is tinted."""
 
     def block(m):
-        code = html.unescape(m.group(2))
+        code = html.unescape(_TAG.sub("", m.group(2)))  # without the tint's spans
         code_blocks.append(code)
         lang = (m.group(1) or "").replace(' class="language-', "").rstrip('"')
         head = f'<span class="lang">{html.escape(lang)}</span> ' if lang else ""
@@ -26,25 +79,36 @@ def markdown_html(text: str, code_blocks: list[str]) -> str:
             f"{m.group(2)}</pre></td></tr></table>"
         )
 
-    return _CODE.sub(block, _md.render(text))
+    rendered = _md.render(text)
+    if runs and colors is not None:
+        rendered = tint(rendered, text, runs, colors)
+    return _CODE.sub(block, rendered)
 
 
-def tinted_html(pieces: list[tuple[str, str]], colors: dict[str, str]) -> str:
-    """Plain text with the pieces that came from a speculation source on that source's colour."""
-    out = []
-    for text, source in pieces:
-        t = html.escape(text).replace("\n", "<br>")
-        out.append(f'<span style="background-color:{colors[source]}">{t}</span>' if source else t)
-    return "".join(out)
+def stats_line(stats: dict) -> str:
+    """One quiet line of an answer's statistics: its rate, its speedup and the accepted tokens."""
+    parts = []
+    if stats.get("tokens_per_s"):
+        parts.append(f"{stats['tokens_per_s']:.0f} tokens/s")
+    if stats.get("speedup"):
+        parts.append(f"{stats['speedup']:.2f}× plain decoding")
+    for source, accepted in stats.get("accepted", {}).items():
+        proposed = stats.get("proposed", {}).get(source, 0)
+        if proposed:
+            parts.append(f"{accepted} of {proposed} proposed tokens from {SOURCE_NAMES[source]}")
+    return " · ".join(parts)
 
 
-def message_html(index: int, role: str, body_html: str, editable: bool, note: str = "") -> str:
+def message_html(
+    index: int, role: str, body_html: str, editable: bool, note: str = "", stats: str = ""
+) -> str:
     links = [f'<a href="copy-msg:{index}">Copy</a>']
     if editable:
         links.append(f'<a href="edit-msg:{index}">Edit</a>')
     who = {"user": "You", "assistant": "Assistant", "system": "System"}.get(role, role)
     note_html = f' <span class="note">{html.escape(note)}</span>' if note else ""
+    stats_html = f'<p class="stats">{html.escape(stats)}</p>' if stats else ""
     return (
         f'<div class="msg {role}"><p class="who"><b>{who}</b>{note_html} &nbsp; '
-        f'<span class="links">{" · ".join(links)}</span></p>{body_html}</div>'
+        f'<span class="links">{" · ".join(links)}</span></p>{body_html}{stats_html}</div>'
     )

@@ -4,13 +4,18 @@ from __future__ import annotations
 
 import secrets
 
+from kwker.app.context_window import ROLLING
 from kwker.models import DEFAULT_MODEL
-from kwker.precision import AUTO
 from kwker.sampling import SeededGenerator
+
+# int4 by default: 4-bit weights read about a quarter of float32's bytes per token, the cost of a
+# decoding step on a CPU, and keep nearly all of a model's answers (the quality table of `kwker
+# bench --quality`); the model's own weights ("auto") are one click away in the settings.
+DEFAULT_PRECISION = "int4"
 
 DEFAULTS = {
     "model": DEFAULT_MODEL,
-    "precision": AUTO,
+    "precision": DEFAULT_PRECISION,
     "draft_model": "",
     "lookup": True,
     "lookup_tokens": 8,
@@ -22,6 +27,7 @@ DEFAULTS = {
     "seed": -1,  # -1: a new seed every answer
     "max_new_tokens": 512,
     "context_length": 2048,
+    "context_overflow": ROLLING,  # or "stop" (see kwker.app.context_window)
     "threads": 0,  # 0: all cores
     "system_prompt": "",
     "theme": "system",

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import platformdirs
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 # Each migration takes the database from version i to i + 1.
 MIGRATIONS = [
@@ -31,6 +31,12 @@ MIGRATIONS = [
     ALTER TABLE messages ADD COLUMN stats TEXT NOT NULL DEFAULT '{}';
     ALTER TABLE messages ADD COLUMN complete INTEGER NOT NULL DEFAULT 1;
     CREATE INDEX messages_by_conversation ON messages(conversation_id, id);
+    """,
+    # context_from: the id of the first message the model still sees (0: all of them), as the
+    # rolling window left it; sources: which runs of an answer's text came from speculation
+    """
+    ALTER TABLE conversations ADD COLUMN context_from INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE messages ADD COLUMN sources TEXT NOT NULL DEFAULT '[]';
     """,
 ]
 
@@ -48,6 +54,9 @@ class Message:
     content: str
     stats: dict = field(default_factory=dict)
     complete: bool = True
+    # [[characters, source], ...] over content: runs of text from "lookup" or "draft" proposals the
+    # model accepted, or from the model's own steps ("")
+    sources: list = field(default_factory=list)
 
 
 @dataclass
@@ -56,6 +65,7 @@ class Conversation:
     title: str
     updated: float
     overrides: dict = field(default_factory=dict)
+    context_from: int = 0  # the first message id the model still sees (0: all; see context_window)
 
 
 class Store:
@@ -100,21 +110,22 @@ class Store:
 
     def conversations(self, search: str = "") -> list[Conversation]:
         """Newest first; `search` matches titles and message text."""
-        query = "SELECT id, title, updated, overrides FROM conversations"
+        query = "SELECT id, title, updated, overrides, context_from FROM conversations"
         args: tuple = ()
         if search:
             query += " WHERE title LIKE ? OR id IN (SELECT conversation_id FROM messages WHERE content LIKE ?)"
             args = (f"%{search}%", f"%{search}%")
         rows = self.db.execute(query + " ORDER BY updated DESC, id DESC", args).fetchall()
-        return [Conversation(r[0], r[1], r[2], json.loads(r[3])) for r in rows]
+        return [Conversation(r[0], r[1], r[2], json.loads(r[3]), r[4]) for r in rows]
 
     def conversation(self, cid: int) -> Conversation:
         r = self.db.execute(
-            "SELECT id, title, updated, overrides FROM conversations WHERE id = ?", (cid,)
+            "SELECT id, title, updated, overrides, context_from FROM conversations WHERE id = ?",
+            (cid,),
         ).fetchone()
         if r is None:
             raise KeyError(cid)
-        return Conversation(r[0], r[1], r[2], json.loads(r[3]))
+        return Conversation(r[0], r[1], r[2], json.loads(r[3]), r[4])
 
     def rename(self, cid: int, title: str) -> None:
         with self.db:
@@ -130,14 +141,20 @@ class Store:
                 "UPDATE conversations SET overrides = ? WHERE id = ?", (json.dumps(overrides), cid)
             )
 
+    def set_context_from(self, cid: int, mid: int) -> None:
+        with self.db:
+            self.db.execute("UPDATE conversations SET context_from = ? WHERE id = ?", (mid, cid))
+
     # ---------------------------------------------------------------------------------------------- messages
     def messages(self, cid: int) -> list[Message]:
         rows = self.db.execute(
-            "SELECT id, role, content, stats, complete FROM messages WHERE conversation_id = ? "
-            "ORDER BY id",
+            "SELECT id, role, content, stats, complete, sources FROM messages "
+            "WHERE conversation_id = ? ORDER BY id",
             (cid,),
         ).fetchall()
-        return [Message(r[0], r[1], r[2], json.loads(r[3]), bool(r[4])) for r in rows]
+        return [
+            Message(r[0], r[1], r[2], json.loads(r[3]), bool(r[4]), json.loads(r[5])) for r in rows
+        ]
 
     def add_message(self, cid: int, role: str, content: str, complete: bool = True) -> Message:
         now = time.time()
@@ -151,10 +168,18 @@ class Store:
         return Message(cur.lastrowid, role, content, {}, complete)
 
     def update_message(
-        self, mid: int, content: str, stats: dict | None = None, complete: bool | None = None
+        self,
+        mid: int,
+        content: str,
+        stats: dict | None = None,
+        complete: bool | None = None,
+        sources: list | None = None,
     ):
         """One transaction per call: the streamed answer is saved as it grows."""
         sets, args = ["content = ?"], [content]
+        if sources is not None:
+            sets.append("sources = ?")
+            args.append(json.dumps(sources))
         if stats is not None:
             sets.append("stats = ?")
             args.append(json.dumps(stats))
@@ -171,6 +196,15 @@ class Store:
             self.db.execute(
                 f"DELETE FROM messages WHERE conversation_id = ? AND id {op} ?", (cid, mid)
             )
+            # a window that started at a deleted message starts over: the history is shorter now
+            self.db.execute(
+                f"UPDATE conversations SET context_from = 0 WHERE id = ? AND context_from {op} ?",
+                (cid, mid),
+            )
+
+    def delete_message(self, mid: int) -> None:
+        with self.db:
+            self.db.execute("DELETE FROM messages WHERE id = ?", (mid,))
 
     # ---------------------------------------------------------------------------------------------- settings
     def settings(self) -> dict:

@@ -9,20 +9,21 @@ import traceback
 
 from PySide6.QtCore import QObject, Signal, Slot
 
+from kwker.app.context_window import fit_prompt
 from kwker.app.settings import generation_options
 
-REFERENCE_PROMPT = "Count from one to twenty in words."
+STATS_EVERY_S = 0.05  # streamed chunks carry fresh statistics at most this often (the window draws
+# at most every 33 ms; the speedup's medians cost more than a token's other work)
 
 
 class GenerationWorker(QObject):
     loading = Signal(str)  # progress message
-    loaded = Signal(
-        dict
-    )  # model info: name, precision, isa, threads, reference tokens/s, has_draft
+    loaded = Signal(dict)  # model info: name, precision, isa, threads, draft, chat_template
     load_failed = Signal(str)
-    chunk = Signal(
-        str, int, str, dict
-    )  # text piece, token id, source ("" / "lookup" / "draft"), stats
+    # the index of the first message the model sees (the rolling window's start), before an answer
+    window = Signal(int)
+    # text piece, token id, source ("" / "lookup" / "draft"), stats ({} between fresh ones)
+    chunk = Signal(str, int, str, dict)
     finished = Signal(str, dict)  # finish reason ("eos", "length", "stopped"), final stats
     failed = Signal(str)
 
@@ -33,6 +34,7 @@ class GenerationWorker(QObject):
         self.draft = None
         self.tokenizer = None
         self.info: dict = {}
+        self.last_prompt: list[int] = []  # the token ids of the latest answer's prompt
 
     def request_stop(self) -> None:
         """Called from the GUI thread: the running answer ends after the current token."""
@@ -64,13 +66,12 @@ class GenerationWorker(QObject):
                 )  # fmt: skip
                 decoder.check_draft(draft)
             self.decoder, self.draft, self.tokenizer = decoder, draft, tokenizer
-            self.loading.emit("measuring plain decoding speed")
             self.info = {
                 "model": opts["model"],
                 "precision": decoder.precision,
                 "isa": decoder.isa,
                 "threads": decoder.threads,
-                "reference_tokens_per_s": self._reference_rate(),
+                "context_length": decoder.max_cache_len,
                 "draft": opts.get("draft_model") or "",
                 "chat_template": bool(getattr(tokenizer, "chat_template", None)),
             }
@@ -78,17 +79,6 @@ class GenerationWorker(QObject):
         except Exception as e:  # noqa: BLE001  (any load failure is reported in the window)
             traceback.print_exc()
             self.load_failed.emit(str(e))
-
-    def _reference_rate(self) -> float:
-        """Plain decoding (no lookup, no draft) tokens/s of the loaded model: the base of the speedup figure."""
-        ids = self._prompt_ids([{"role": "user", "content": REFERENCE_PROMPT}])
-        n = min(24, self.decoder.max_cache_len - len(ids))
-        if n < 4:
-            return 0.0
-        self.decoder.generate(ids, max_new_tokens=n, lookup=0, eos_token_id=[])
-        rate = self.decoder.last_stats.tokens_per_s
-        self.decoder.reset()
-        return rate
 
     def _prompt_ids(self, messages: list[dict]) -> list[int]:
         if getattr(self.tokenizer, "chat_template", None):
@@ -100,33 +90,38 @@ class GenerationWorker(QObject):
         text = "\n\n".join(m["content"] for m in messages) + "\n\n"
         return self.tokenizer(text)["input_ids"]
 
-    @Slot(list, dict)
-    def generate(self, messages: list, settings: dict) -> None:
+    @Slot(list, dict, int)
+    def generate(self, messages: list, settings: dict, start: int = 0) -> None:
+        """Answers messages (role/content dicts) from the window's start so far (see
+        kwker.app.context_window)."""
         self._stop.clear()
         if self.decoder is None:
             self.failed.emit("no model is loaded")
             return
         try:
-            system = settings.get("system_prompt", "").strip()
-            convo = ([{"role": "system", "content": system}] if system else []) + messages
-            ids = self._prompt_ids(convo)
-            room = self.decoder.max_cache_len - len(ids)
-            if room < 1:
-                raise ValueError(
-                    f"the conversation ({len(ids)} tokens) no longer fits the context of "
-                    f"{self.decoder.max_cache_len} tokens: start a new chat or raise the context length"
-                )
+            max_new = int(settings["max_new_tokens"])
+            prompt = fit_prompt(
+                self._prompt_ids, settings.get("system_prompt", "").strip(), messages, start,
+                self.decoder.max_cache_len, max_new, settings.get("context_overflow", "rolling"),
+            )  # fmt: skip
+            self.window.emit(prompt.start)
+            self.last_prompt = prompt.ids
             opts = generation_options(settings)
             if self.draft is not None:
                 opts["draft"] = self.draft
             stream = self.decoder.stream_generate(
-                ids, min(int(settings["max_new_tokens"]), room), tokenizer=self.tokenizer, **opts
+                prompt.ids, min(max_new, prompt.room), tokenizer=self.tokenizer, **opts
             )
             reason, stats = "stopped", None
-            t0 = time.perf_counter()
+            t0 = sent = time.perf_counter()
             for c in stream:
-                stats = c.stats
-                self.chunk.emit(c.text, c.token, c.source or "", _stats_dict(c.stats, t0))
+                stats, now = c.stats, time.perf_counter()
+                fresh = now - sent >= STATS_EVERY_S
+                if fresh:
+                    sent = now
+                self.chunk.emit(
+                    c.text, c.token, c.source or "", _stats_dict(c.stats, t0) if fresh else {}
+                )
                 if c.finish_reason:
                     reason = c.finish_reason
                     break
@@ -151,5 +146,8 @@ def _stats_dict(s, t0: float) -> dict:
         "proposed": dict(s.proposed),
         "accepted": dict(s.accepted),
         "draft_s": s.draft_s,
+        "speedup": s.speedup,  # None before a plain step was measured
+        "plain_steps": s.plain_steps,
+        "plain_tokens_per_s": 1 / s.plain_step_s if s.plain_step_s else 0.0,
         "elapsed_s": time.perf_counter() - t0,
     }

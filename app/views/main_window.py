@@ -34,7 +34,7 @@ from PySide6.QtWidgets import (
 
 from kwker.app import theme
 from kwker.app.conversation_model import ConversationListModel, IdRole
-from kwker.app.render import markdown_html, message_html, tinted_html
+from kwker.app.render import SOURCE_NAMES, add_run, markdown_html, message_html, stats_line
 from kwker.app.settings import DEFAULTS, LOAD_KEYS, load_options
 from kwker.app.store import Store
 from kwker.app.views.settings_panel import SettingsPanel, split_values
@@ -44,6 +44,14 @@ from kwker.app.worker import GenerationWorker
 FRAME_MS = 33  # the streamed answer is redrawn at most this often
 REDRAW_SHARE = 0.05  # ...and less often when a redraw is slow: at most this share of the GUI thread's time, so that
 # redrawing a long conversation does not take CPU from the decoder's threads (they use every core)
+
+
+def window_start(messages, context_from: int) -> int:
+    """The index of the first of `messages` the model sees: the first whose id is at least
+    context_from (the rolling window's first message id; 0: all of them)."""
+    if context_from <= 0:
+        return 0
+    return next((i for i, m in enumerate(messages) if m.id >= context_from), 0)
 
 
 class ChatInput(QPlainTextEdit):
@@ -63,7 +71,7 @@ class ChatInput(QPlainTextEdit):
 
 class MainWindow(QMainWindow):
     request_load = Signal(dict)
-    request_generate = Signal(list, dict)
+    request_generate = Signal(list, dict, int)  # messages, settings, the window's start so far
 
     def __init__(self, store: Store, model: str | None = None):
         super().__init__()
@@ -83,6 +91,7 @@ class MainWindow(QMainWindow):
         self.worker.loading.connect(self._on_loading)
         self.worker.loaded.connect(self._on_loaded)
         self.worker.load_failed.connect(self._on_load_failed)
+        self.worker.window.connect(self._on_window)
         self.worker.chunk.connect(self._on_chunk)
         self.worker.finished.connect(self._on_finished)
         self.worker.failed.connect(self._on_failed)
@@ -94,7 +103,7 @@ class MainWindow(QMainWindow):
         self.generating = False
         self.stream_cid = self.stream_mid = None
         self.stream_text = ""
-        self.stream_pieces: list[tuple[str, str]] = []
+        self.stream_runs: list = []  # which runs of stream_text came from speculation (add_run)
         self.stream_stats: dict = {}
         self.editing_index: int | None = None
         self.code_blocks: list[str] = []
@@ -154,6 +163,9 @@ class MainWindow(QMainWindow):
         self.view.setOpenLinks(False)
         self.view.setAccessibleName("chat")
         self.view.anchorClicked.connect(self._on_link)
+        self.legend = QLabel(self._legend_html())
+        self.legend.setObjectName("muted")
+        self.legend.setAccessibleName("tint legend")
         self.input = ChatInput()
         self.input.setPlaceholderText("Message (Enter sends, Shift+Enter for a new line)")
         self.input.setAccessibleName("message input")
@@ -174,6 +186,7 @@ class MainWindow(QMainWindow):
         cl = QVBoxLayout(center)
         cl.addWidget(self.title)
         cl.addWidget(self.view, 1)
+        cl.addWidget(self.legend)
         tools = QHBoxLayout()
         tools.addWidget(self.regen_button)
         tools.addStretch(1)
@@ -241,7 +254,8 @@ class MainWindow(QMainWindow):
         self.store.set_overrides(self.cid, overrides)
         if "theme" in app_values:
             self.colors = theme.apply(QApplication.instance(), self.settings["theme"])
-            self._render_history()
+            self.legend.setText(self._legend_html())
+        self._render_history()  # the theme, the tint
         if reload:
             self.stop()
             self._load_model()
@@ -264,8 +278,8 @@ class MainWindow(QMainWindow):
         self._set_busy(False)
         self.stats.set_model(info)
         self.status.setText(
-            f"Ready: {info['model']} ({info['precision']}, plain decoding "
-            f"{info['reference_tokens_per_s']:.0f} tokens/s)"
+            f"Ready: {info['model']} ({info['precision']}, {info['context_length']} tokens of "
+            "context)"
         )
         self.settings_panel.set_draft_choices(self._draft_candidates())
 
@@ -387,10 +401,12 @@ class MainWindow(QMainWindow):
             self.worker.request_stop()
 
     def _start_answer(self):
-        history = [{"role": m.role, "content": m.content} for m in self.store.messages(self.cid)]
+        messages = self.store.messages(self.cid)
+        history = [{"role": m.role, "content": m.content} for m in messages]
+        start = window_start(messages, self.store.conversation(self.cid).context_from)
         self.stream_cid = self.cid
         self.stream_mid = self.store.add_message(self.cid, "assistant", "", complete=False).id
-        self.stream_text, self.stream_pieces, self.stream_stats = "", [], {}
+        self.stream_text, self.stream_runs, self.stream_stats = "", [], {}
         self.generating = True
         self.send_button.setText("Stop")
         self.send_button.setProperty("stop", True)
@@ -398,15 +414,26 @@ class MainWindow(QMainWindow):
         self.messages = self.store.messages(self.cid)
         self._render_history()
         self.stats.start()
-        self.request_generate.emit(history, self.effective_settings())
+        self.request_generate.emit(history, self.effective_settings(), start)
+
+    def _on_window(self, start: int):
+        """The worker's rolling window starts at message `start` of the answered history."""
+        messages = self.store.messages(self.stream_cid)
+        mid = messages[start].id if start > 0 else 0
+        if mid != self.store.conversation(self.stream_cid).context_from:
+            self.store.set_context_from(self.stream_cid, mid)
+            if self.cid == self.stream_cid:
+                self._render_history()
 
     def _on_chunk(self, text: str, token: int, source: str, stats: dict):
         if self.stream_mid is None:
             return
         self.stream_text += text
-        self.stream_pieces.append((text, source))
-        self.stream_stats = stats
-        self.store.update_message(self.stream_mid, self.stream_text)  # saved as it arrives
+        add_run(self.stream_runs, text, source)
+        if stats:
+            self.stream_stats = stats
+        # saved as it arrives, with which of it came from speculation
+        self.store.update_message(self.stream_mid, self.stream_text, sources=self.stream_runs)
         self._dirty = True
 
     def _on_finished(self, reason: str, stats: dict):
@@ -419,7 +446,9 @@ class MainWindow(QMainWindow):
         self._end_answer(reason, stats)
 
     def _on_failed(self, msg: str):
-        if self.stream_mid is not None:
+        if self.stream_mid is not None and not self.stream_text:
+            self.store.delete_message(self.stream_mid)  # nothing was written: no empty answer
+        elif self.stream_mid is not None:
             self.store.update_message(
                 self.stream_mid, self.stream_text, stats={"error": msg}, complete=True
             )
@@ -442,26 +471,39 @@ class MainWindow(QMainWindow):
         self._select_current()
 
     # -------------------------------------------------------------------------------------------------- view
+    def _answer_html(self, text: str, runs: list, blocks: list[str]) -> str:
+        """An answer's Markdown, tinted where its text came from speculation when the tint is on."""
+        tinted = self.settings["tint_speculation"]
+        return markdown_html(text, blocks, runs if tinted else None, self.colors)
+
     def _message_body(self, m, blocks) -> str:
         if m.role == "user":
             return f"<p>{html.escape(m.content).replace(chr(10), '<br>')}</p>"
-        return markdown_html(m.content, blocks)
+        return self._answer_html(m.content, m.sources, blocks)
 
     def _render_history(self):
         """Renders the finished messages once; frames only redraw the answer being streamed."""
         blocks: list[str] = []
         parts = []
+        start = window_start(self.messages, self.store.conversation(self.cid).context_from)
         for i, m in enumerate(self.messages):
             if m.id == self.stream_mid:
                 continue
+            if i == start and start > 0:
+                parts.append(
+                    f'<p class="cut">⋯ The {start} messages above are no longer in the model\'s '
+                    "context (rolling window): it answers from here on ⋯</p>"
+                )
             note = "" if m.complete else "(interrupted)"
             if m.stats.get("finish_reason") == "stopped":
                 note = "(stopped)"
             parts.append(
                 message_html(
-                    i, m.role, self._message_body(m, blocks), editable=m.role == "user", note=note
+                    i, m.role, self._message_body(m, blocks), editable=m.role == "user",
+                    note=note, stats=stats_line(m.stats) if m.role == "assistant" else "",
                 )
-            )
+            )  # fmt: skip
+        self.legend.setVisible(self.settings["tint_speculation"])
         self._history_html = "".join(parts)
         self._history_blocks = blocks
         self._dirty = True
@@ -474,12 +516,11 @@ class MainWindow(QMainWindow):
         blocks = list(self._history_blocks)
         body = self._history_html
         if self.generating and self.stream_cid == self.cid:
-            if self.settings["tint_speculation"]:
-                streamed = tinted_html(self.stream_pieces, self.colors)
-            else:
-                streamed = (
-                    markdown_html(self.stream_text, blocks) if self.stream_text else "<p>…</p>"
-                )
+            streamed = (
+                self._answer_html(self.stream_text, self.stream_runs, blocks)
+                if self.stream_text
+                else "<p>…</p>"
+            )
             body += message_html(
                 len(self.messages) - 1, "assistant", streamed, editable=False, note="(writing)"
             )
@@ -513,6 +554,16 @@ class MainWindow(QMainWindow):
         self.input.setPlainText(self.messages[index].content)
         self.input.setFocus()
         self.status.setText("Editing a message: Send replaces it and continues from there")
+
+    def _legend_html(self) -> str:
+        swatches = [
+            f'<span style="background-color:{self.colors[source]}">&nbsp;&nbsp;&nbsp;</span> '
+            f"from {name}"
+            for source, name in SOURCE_NAMES.items()
+        ]
+        return (
+            "Tint: " + " &nbsp; ".join(swatches) + " (accepted proposals; the rest: one step each)"
+        )
 
     # ------------------------------------------------------------------------------------------------ closing
     def closeEvent(self, event):  # noqa: N802

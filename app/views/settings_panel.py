@@ -5,25 +5,43 @@ from __future__ import annotations
 
 from PySide6.QtCore import Signal
 from PySide6.QtWidgets import (
+    QButtonGroup,
     QCheckBox,
     QComboBox,
     QDoubleSpinBox,
     QFormLayout,
     QGroupBox,
+    QLabel,
     QLineEdit,
     QPlainTextEdit,
     QPushButton,
+    QRadioButton,
     QSpinBox,
     QVBoxLayout,
     QWidget,
 )
 
+from kwker.app.context_window import ROLLING, STOP
 from kwker.app.settings import DEFAULTS, PER_CONVERSATION
-from kwker.precision import AUTO, CONVERSIONS
+from kwker.precision import AUTO
 from kwker.precision import label as precision_label
 
-PRECISIONS = (AUTO, *CONVERSIONS)
+# The precisions the panel offers, fastest first: each one click away
+PRECISIONS = [
+    ("int4: the fastest, nearly the same answers", "int4"),
+    (f"{precision_label('balanced')}: closer, slower", "balanced"),
+    (f"{precision_label('bf16')}: closer still, slower", "bf16"),
+    ("Exact: the model's own weights", AUTO),
+]
+PRECISION_NOTE = (
+    "A step reads every weight once, so fewer bits per weight mean more tokens per second; int4 "
+    "keeps nearly every answer of the model's own weights."
+)
 THEMES = [("Follow the system", "system"), ("Light", "light"), ("Dark", "dark")]
+OVERFLOW = [
+    ("Drop the oldest messages (rolling window)", ROLLING),
+    ("Stop and say so", STOP),
+]
 
 
 def _spin(lo, hi, step=1.0, decimals=2, name=""):
@@ -44,10 +62,20 @@ class SettingsPanel(QWidget):
         self.model = QLineEdit()
         self.model.setAccessibleName("model")
         self.model.setToolTip("A hub id, a local folder or a .gguf file")
-        self.precision = QComboBox()
-        for name in PRECISIONS:
-            self.precision.addItem(precision_label(name), name)
-        self.precision.setAccessibleName("precision")
+        self.precision = QButtonGroup(self)
+        precision_box = QWidget()
+        precision_box.setAccessibleName("precision")
+        pl = QVBoxLayout(precision_box)
+        pl.setContentsMargins(0, 0, 0, 0)
+        for i, (text, name) in enumerate(PRECISIONS):
+            button = QRadioButton(text)
+            button.setProperty("precision", name)
+            self.precision.addButton(button, i)
+            pl.addWidget(button)
+        note = QLabel(PRECISION_NOTE)
+        note.setWordWrap(True)
+        note.setObjectName("muted")
+        pl.addWidget(note)
         self.draft_model = QComboBox()
         self.draft_model.setEditable(True)
         self.draft_model.setAccessibleName("draft model")
@@ -55,6 +83,10 @@ class SettingsPanel(QWidget):
             "Only models with the same tokenizer as the chat model are offered"
         )
         self.context_length = _spin(256, 32768, 256, name="context length")
+        self.context_overflow = QComboBox()
+        for text, value in OVERFLOW:
+            self.context_overflow.addItem(text, value)
+        self.context_overflow.setAccessibleName("when a chat outgrows the context")
         self.threads = _spin(0, 256, 1, name="threads")
         self.threads.setSpecialValueText("all cores")
         self.theme = QComboBox()
@@ -86,9 +118,10 @@ class SettingsPanel(QWidget):
         run = QGroupBox("Model")
         f = QFormLayout(run)
         f.addRow("Model", self.model)
-        f.addRow("Precision", self.precision)
+        f.addRow("Precision", precision_box)
         f.addRow("Draft model", self.draft_model)
         f.addRow("Context length", self.context_length)
+        f.addRow("Longer chats", self.context_overflow)
         f.addRow("Threads", self.threads)
         f.addRow("Theme", self.theme)
         f.addRow(self.tint)
@@ -132,9 +165,13 @@ class SettingsPanel(QWidget):
         self._app_values = dict(app_values)
         v = {**app_values, **overrides}
         self.model.setText(v["model"])
-        self.precision.setCurrentIndex(max(0, self.precision.findData(v["precision"])))
+        for button in self.precision.buttons():
+            button.setChecked(button.property("precision") == v["precision"])
         self.draft_model.setCurrentText(v["draft_model"])
         self.context_length.setValue(int(v["context_length"]))
+        self.context_overflow.setCurrentIndex(
+            max(0, self.context_overflow.findData(v["context_overflow"]))
+        )
         self.threads.setValue(int(v["threads"]))
         self.theme.setCurrentIndex(max(0, self.theme.findData(v["theme"])))
         self.tint.setChecked(bool(v["tint_speculation"]))
@@ -150,12 +187,22 @@ class SettingsPanel(QWidget):
         self.system_prompt.setPlainText(v["system_prompt"])
         self.conversation_only.setChecked(bool(overrides))
 
+    def precision_value(self) -> str:
+        button = self.precision.checkedButton()
+        return button.property("precision") if button is not None else DEFAULTS["precision"]
+
+    def set_precision(self, name: str) -> None:
+        for button in self.precision.buttons():
+            if button.property("precision") == name:
+                button.setChecked(True)
+
     def values(self) -> dict:
         return {
             "model": self.model.text().strip() or DEFAULTS["model"],
-            "precision": self.precision.currentData(),
+            "precision": self.precision_value(),
             "draft_model": self.draft_model.currentText().strip(),
             "context_length": self.context_length.value(),
+            "context_overflow": self.context_overflow.currentData(),
             "threads": self.threads.value(),
             "theme": self.theme.currentData(),
             "tint_speculation": self.tint.isChecked(),

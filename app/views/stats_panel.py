@@ -1,5 +1,6 @@
-"""Live statistics: tokens/s while streaming, prefill, measured speedup over plain decoding, accepted tokens by
-source, and a small chart of tokens/s over the answer."""
+"""Live statistics: tokens/s while streaming, prefill, the speedup over plain decoding (measured in the same
+answer: see GenerationStats.speedup), accepted tokens by source, and a small chart of tokens/s over the
+answer."""
 
 from __future__ import annotations
 
@@ -10,6 +11,11 @@ from PySide6.QtWidgets import QFormLayout, QLabel, QVBoxLayout, QWidget
 # While an answer streams, its speedup is shown once it has this many tokens: before, the rate covers a few steps,
 # and speculation's first steps (still measuring what widths pay) can read well below or above what it settles at.
 SPEEDUP_MIN_TOKENS = 16
+SPEEDUP_TIP = (
+    "How much faster this answer's tokens came than plain decoding would have given them: the "
+    "typical time of its steps against that of its own plain one-token steps, both measured "
+    "while it was written (1.00× when speculation proposed nothing)."
+)
 
 
 class RateChart(QWidget):
@@ -59,11 +65,14 @@ class StatsPanel(QWidget):
         self.speedup = QLabel("–")
         self.speedup.setObjectName("big")
         self.speedup.setAccessibleName("speedup over plain decoding")
+        self.speedup.setToolTip(SPEEDUP_TIP)
         self.prefill = QLabel("–")
         self.per_step = QLabel("–")
         self.lookup = QLabel("–")
         self.draft = QLabel("–")
         self.reference = QLabel("–")
+        self.reference.setWordWrap(True)
+        self.reference.setAccessibleName("plain decoding reference")
         self.model = QLabel("–")
         self.model.setWordWrap(True)
         self.chart = RateChart()
@@ -80,12 +89,11 @@ class StatsPanel(QWidget):
         layout.addLayout(form)
         layout.addWidget(self.chart)
         layout.addStretch(1)
-        self.reference_rate = 0.0
         self.samples: list[float] = []
 
     def set_model(self, info: dict) -> None:
-        self.reference_rate = info.get("reference_tokens_per_s", 0.0)
-        self.reference.setText(f"{self.reference_rate:.1f} tokens/s (measured at load)")
+        self.reference.setText("–")
+        self.speedup.setText("–")
         draft = f", draft {info['draft']}" if info.get("draft") else ""
         self.model.setText(
             f"{info['model']} · {info['precision']} · {info['isa']} · {info['threads']} threads{draft}"
@@ -102,12 +110,17 @@ class StatsPanel(QWidget):
             self.samples.append(rate)
             self.chart.set_samples(self.samples)
         self.rate.setText(f"{rate:.1f} tokens/s")
-        if not (self.reference_rate and rate):
-            self.speedup.setText("–")
-        elif final or s.get("new_tokens", 0) >= SPEEDUP_MIN_TOKENS:
-            self.speedup.setText(f"{rate / self.reference_rate:.2f}×")
+        speedup, plain = s.get("speedup"), s.get("plain_steps", 0)
+        if speedup is not None and (final or s.get("new_tokens", 0) >= SPEEDUP_MIN_TOKENS):
+            self.speedup.setText(f"{speedup:.2f}×")
         else:
-            self.speedup.setText("measuring…")
+            self.speedup.setText("measuring…" if not final else "–")
+        if plain:
+            steps = "step" if plain == 1 else "steps"
+            self.reference.setText(
+                f"{s['plain_tokens_per_s']:.1f} tokens/s: the median of {plain} plain one-token "
+                f"{steps} in this answer"
+            )
         fresh = s.get("prompt_tokens", 0) - s.get("reused_prompt_tokens", 0)
         self.prefill.setText(
             f"{fresh} new tokens in {s.get('prefill_s', 0) * 1000:.0f} ms "

@@ -38,6 +38,7 @@ class SequenceState:
         self._source: str | None = None
         self._cands: list[int] = []
         self._draft_s = 0.0
+        self._planned_at = 0.0  # when the current decode step's plan began (its time: see absorb)
         self._first_token_time = (
             0.0  # when prefill gave the first new token: decoding's wall-clock starts there
         )
@@ -73,6 +74,7 @@ class SequenceState:
                 self.prefilled,
                 "last" if end == len(self.prompt) else "none",
             )
+        self._planned_at = time.perf_counter()
         draft_s = self.spec.draft_s
         self._source, self._cands = self.spec.propose(
             self.tokens, self.max_new_tokens - self.stats.new_tokens - 1
@@ -114,8 +116,11 @@ class SequenceState:
         self.spec.feedback(self._source, len(cands), accepted, n_fed, seconds, new[0])
         self.stats.steps += 1
         self.stats.draft_s += self._draft_s
-        self.stats.decode_s = time.perf_counter() - self._first_token_time
-        return self._emit(new, accepted)
+        chunks = self._emit(new, accepted)
+        now = time.perf_counter()
+        self.stats.decode_s = now - self._first_token_time
+        self.stats.add_step(self._source, n_fed, now - self._planned_at)
+        return chunks
 
     def _verify(self, argmax, logits) -> list[int]:
         """The target's own tokens, row by row, as far as they agree with the proposals: the first

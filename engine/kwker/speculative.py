@@ -149,6 +149,11 @@ class Speculator:
     # was not wholly accepted, twice as long after each such probe; right after a wholly accepted one.
     PROBE_ACCEPT = 0.9
     PROBE_GAP = 8
+    # A generation's speedup is measured against its own plain steps (GenerationStats.speedup): where
+    # speculation proposes at every step, a plain step is taken once REFERENCE_GAP steps have passed
+    # without one, until the generation has REFERENCE_STEPS of them (a few tokens' worth of time).
+    REFERENCE_STEPS = 4
+    REFERENCE_GAP = 16
 
     def __init__(
         self,
@@ -173,6 +178,7 @@ class Speculator:
         self._shadow: int | None = None  # lookup's first proposal, when it was not made
         self._plain_steps = 0
         self._steps = 0
+        self._last_plain = 0  # the step count at the latest plain step
         self._probe_gap, self._next_probe, self._probing = self.PROBE_GAP, 0, False
 
     @property
@@ -211,6 +217,11 @@ class Speculator:
         self._shadow = None
         if room <= 0:
             return None, []
+        if (
+            self._plain_steps < self.REFERENCE_STEPS
+            and self._steps - self._last_plain >= self.REFERENCE_GAP
+        ):
+            return None, []  # a reference step
         warm = self._plain_steps >= self.PLAIN_WARMUP or self._inherited
         found: list[int] = []  # lookup's proposal, if it pays
         if self.lookup is not None:
@@ -261,6 +272,7 @@ class Speculator:
         if fed == 1:
             self.costs.step1_s = _ema(self.costs.step1_s, seconds)
             self._plain_steps += 1
+            self._last_plain = self._steps + 1
         elif self.costs.step1_s:
             self.costs.relative[fed] = _ema(
                 self.costs.relative.get(fed, 0.0), seconds / self.costs.step1_s

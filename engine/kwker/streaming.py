@@ -4,6 +4,9 @@ UTF-8 character."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from statistics import median
+
+PLAIN = "plain"  # the key of the 1-token steps (nothing proposed) in GenerationStats.step_times
 
 
 @dataclass
@@ -18,6 +21,10 @@ class GenerationStats:
     draft_s: float = 0.0  # of decode_s, the time the draft model took
     proposed: dict[str, int] = field(default_factory=dict)  # speculation source -> tokens proposed
     accepted: dict[str, int] = field(default_factory=dict)  # speculation source -> tokens accepted
+    # Each decode step's own time, from its plan (proposing, drafting) to the end of its absorb
+    # (verifying, emitting), without what the consumer does between chunks; keyed by how the step
+    # was fed: (PLAIN, 1) for a 1-token step, (source, 1 + proposed) for a speculative one.
+    step_times: dict[tuple[str, int], list[float]] = field(default_factory=dict)
 
     # The first new token comes out of prefill; the rest out of decode steps.
     @property
@@ -32,6 +39,32 @@ class GenerationStats:
     @property
     def tokens_per_step(self) -> float:
         return (self.new_tokens - 1) / self.steps if self.steps else 0.0
+
+    def add_step(self, source: str | None, fed: int, seconds: float) -> None:
+        self.step_times.setdefault((source or PLAIN, fed), []).append(seconds)
+
+    @property
+    def plain_steps(self) -> int:
+        return len(self.step_times.get((PLAIN, 1), ()))
+
+    @property
+    def plain_step_s(self) -> float:
+        """The median time of this generation's 1-token steps (0 before one ran)."""
+        plain = self.step_times.get((PLAIN, 1))
+        return median(plain) if plain else 0.0
+
+    @property
+    def speedup(self) -> float | None:
+        """How much faster this generation's steps made its tokens than plain decoding would have:
+        (new tokens after the first) x the median plain step, over the steps' typical time (per
+        kind of step, its count x its median time). Both sides are measured in this generation,
+        under the same load and sampling; the medians keep a step that a busy machine held up from
+        swaying either side. Exactly 1.0 when nothing was proposed (every step was plain); None
+        before a plain step ran."""
+        if not self.plain_steps:
+            return None
+        typical = sum(len(t) * median(t) for t in self.step_times.values())
+        return (self.new_tokens - 1) * self.plain_step_s / typical
 
 
 @dataclass

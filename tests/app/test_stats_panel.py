@@ -1,15 +1,20 @@
-"""The statistics panel's speedup figure: measured rate over the plain rate measured at load, shown while an
-answer streams once it has enough tokens to mean something, and always for a finished answer."""
+"""The statistics panel's speedup figure (GenerationStats.speedup, measured in the answer itself): shown while
+an answer streams once it has enough tokens to mean something, always for a finished answer, and the
+plain-decoding line says what it measured."""
 
 from app.views.stats_panel import SPEEDUP_MIN_TOKENS, StatsPanel
 
-MODEL = {
-    "model": "m",
-    "precision": "int4",
-    "isa": "avx2",
-    "threads": 2,
-    "reference_tokens_per_s": 200.0,
-}
+MODEL = {"model": "m", "precision": "int4", "isa": "avx2", "threads": 2}
+
+
+def stats(new_tokens, speedup, plain_steps=5, plain_rate=200.0):
+    return {
+        "tokens_per_s": 150.0,
+        "new_tokens": new_tokens,
+        "speedup": speedup,
+        "plain_steps": plain_steps,
+        "plain_tokens_per_s": plain_rate,
+    }
 
 
 def test_speedup_waits_for_enough_tokens_while_streaming(qtbot):
@@ -17,20 +22,21 @@ def test_speedup_waits_for_enough_tokens_while_streaming(qtbot):
     qtbot.addWidget(panel)
     assert panel.speedup.text() == "–"
     panel.set_model(MODEL)
-    panel.update_stats({"tokens_per_s": 150.0, "new_tokens": SPEEDUP_MIN_TOKENS - 1})
+    panel.update_stats(stats(SPEEDUP_MIN_TOKENS - 1, 1.4))
     assert panel.speedup.text() == "measuring…" and panel.rate.text() == "150.0 tokens/s"
-    panel.update_stats({"tokens_per_s": 310.0, "new_tokens": SPEEDUP_MIN_TOKENS})
+    panel.update_stats(stats(SPEEDUP_MIN_TOKENS, 1.55))
     assert panel.speedup.text() == "1.55×"
+    assert panel.reference.text() == (
+        "200.0 tokens/s: the median of 5 plain one-token steps in this answer"
+    )
+    assert "plain" in panel.speedup.toolTip()
 
 
 def test_a_short_finished_answer_shows_its_speedup(qtbot):
     panel = StatsPanel()
     qtbot.addWidget(panel)
     panel.set_model(MODEL)
-    panel.update_stats({"tokens_per_s": 180.0, "new_tokens": 6}, final=True)
-    assert panel.speedup.text() == "0.90×"
-    panel.set_model(
-        {**MODEL, "reference_tokens_per_s": 0.0}
-    )  # no plain rate measured (a tiny context)
-    panel.update_stats({"tokens_per_s": 180.0, "new_tokens": 40}, final=True)
+    panel.update_stats(stats(6, 0.98), final=True)
+    assert panel.speedup.text() == "0.98×"
+    panel.update_stats(stats(1, None, plain_steps=0), final=True)  # one token: no step to measure
     assert panel.speedup.text() == "–"
