@@ -127,5 +127,5 @@ def test_tint_and_statistics_survive_a_restart(qtbot, data_dir):
     again = open_window(qtbot, keep_saved=True)
     assert again.messages[-1].sources == runs
     assert color in again.view.toHtml() and not again.legend.isHidden()
-    tinted = re.findall(rf'background-color:{color}[^>]*>([^<]*)<', again.view.toHtml())
+    tinted = re.findall(rf"background-color:{color}[^>]*>([^<]*)<", again.view.toHtml())
     assert sum(len(t) for t in tinted) > 0.8 * lookup_chars
