@@ -251,3 +251,34 @@ def test_with_both_sources_the_one_expecting_more_tokens_per_time_proposes():
         source, len(cands), 0, len(cands) + 1, 0.004, next_token=3
     )  # lookup would have been right
     assert spec.accept["lookup"] > 0.3  # lookup's record still learns while the draft proposes
+
+
+def test_the_speedup_is_one_without_proposals_and_measured_against_the_answers_own_steps(target):
+    dec = KwkDecoder(target, max_cache_len=128)
+    run(dec, PLAIN, lookup=0)
+    s = dec.last_stats
+    assert s.plain_steps == s.steps == 39 and s.speedup == 1.0  # the same steps on both sides
+    assert s.plain_step_s == sorted(s.step_times[("plain", 1)])[19]  # their median
+    lookup = run(dec, REPEATS)
+    s = dec.last_stats
+    kinds = {source for source, _ in s.step_times}
+    assert kinds == {"plain", "lookup"} and s.speedup is not None and s.speedup > 0
+    assert sum(len(t) for t in s.step_times.values()) == s.steps
+    assert torch.equal(lookup, run(dec, REPEATS, lookup=0))
+
+
+def test_a_speculator_that_always_proposes_still_takes_reference_plain_steps():
+    """The answer's speedup needs plain steps of its own: with costs inherited (no warm-up) and a
+    text that lookup always matches, every REFERENCE_GAP-th step is plain until there are
+    REFERENCE_STEPS of them."""
+    text = [1, 2, 3, 4, 5, 6, 7, 8] * 20
+    costs = StepCosts(step1_s=0.004, relative={fed: 1.0 for fed in range(2, 10)})
+    spec = Speculator(LookupProposer(), None, lookup_max=8, costs=costs)
+    plain_at = []
+    for step in range(120):
+        source, cands = spec.propose(text, room=50)
+        if source is None:
+            plain_at.append(step)
+        spec.feedback(source, len(cands), len(cands), len(cands) + 1, 0.004, None)
+    gap, n = Speculator.REFERENCE_GAP, Speculator.REFERENCE_STEPS
+    assert plain_at == [gap * (i + 1) + i for i in range(n)]
