@@ -84,7 +84,9 @@ def chat_css(c: dict) -> str:
     body {{ color: {c["text"]}; }}
     a {{ color: {c["accent"]}; text-decoration: none; }}
     .who {{ margin: 0; }}
-    .note, .links, .lang {{ color: {c["muted"]}; font-size: small; }}
+    .note, .links, .lang, .stats {{ color: {c["muted"]}; font-size: small; }}
+    p.stats {{ margin-top: 2px; }}
+    p.cut {{ color: {c["muted"]}; text-align: center; font-style: italic; margin: 10px 0; }}
     div.msg {{ margin-bottom: 14px; }}
     table.code {{ background: {c["code"]}; border: 1px solid {c["border"]}; margin: 6px 0; }}
     td.codehead {{ background: {c["codehead"]}; font-size: small; }}

@@ -1,5 +1,6 @@
-"""Screenshots of the chat app as a user sees it: main window (light and dark), the settings panel and the
-statistics while an answer streams. Run under Xvfb:
+"""Screenshots of the chat app as a user sees it: the first launch, the statistics while an answer streams, the
+main window (light and dark), the settings panel, the speculation tint, a long chat rolled over by the
+context window and the model picker's fit column. Run under Xvfb:
 
     xvfb-run -a -s "-screen 0 1400x900x24" python packaging/screenshots.py OUTDIR
 """
@@ -45,6 +46,8 @@ def main(out: Path) -> int:
     win = MainWindow(store)
     win.show()
     wait(lambda: win.model_info is not None)
+    pause(200)
+    win.grab().save(str(out / "first-launch.png"))
     win.send(
         "Write a Python function that checks whether a number is prime, then explain it briefly."
     )
@@ -56,14 +59,43 @@ def main(out: Path) -> int:
     win.tabs.setCurrentWidget(win.settings_panel)
     pause(100)
     win.grab().save(str(out / "settings.png"))
+    win.tabs.setCurrentWidget(win.stats)
+
+    # the speculation tint on a rewrite, where prompt lookup supplies most of the answer
+    from kwker.bench.speculation import TASKS
+
+    win.apply_settings({**win.settings_panel.values(), "tint_speculation": True}, False)
+    win.new_chat()
+    win.send(TASKS["rewrite"])
+    wait(lambda: not win.generating)
+    pause(200)
+    win.grab().save(str(out / "tint.png"))
+
+    # a long chat at a 512-token context: the rolling window drops the oldest turns
+    values = {**win.settings_panel.values(), "tint_speculation": False, "context_length": 512}
+    win.apply_settings({**values, "max_new_tokens": 80}, False)
+    wait(lambda: win.model_info is not None)
+    win.new_chat()
+    for q in (
+        "Tell me about the planet Mars.",
+        "Now tell me about Jupiter.",
+        "What is a black hole?",
+        "How far away is the nearest star?",
+        "Why do stars twinkle?",
+        "What is a comet?",
+    ):
+        win.send(q)
+        wait(lambda: not win.generating)
+    win.view.scrollToAnchor("cut")
+    pause(200)
+    win.grab().save(str(out / "rolling-window.png"))
+
     win.settings_panel.theme.setCurrentIndex(win.settings_panel.theme.findData("dark"))
     win.settings_panel.apply_button.click()
-    win.tabs.setCurrentWidget(win.stats)
     pause(200)
     win.grab().save(str(out / "main-dark.png"))
     picker = win.open_models()
-    picker.search.setText("Qwen")
-    pause(200)
+    pause(1500)  # the scans and estimates arrive from the picker's worker
     picker.grab().save(str(out / "model-picker.png"))
     picker.close()
     win.close()
