@@ -491,8 +491,8 @@ class MainWindow(QMainWindow):
                 continue
             if i == start and start > 0:
                 parts.append(
-                    f'<p class="cut"><a name="cut"></a>⋯ The {start} messages above are no longer in the model\'s '
-                    "context (rolling window): it answers from here on ⋯</p>"
+                    f'<p class="cut"><a name="cut"></a>⋯ The {start} messages above are no longer '
+                    "in the model's context (rolling window): it answers from here on ⋯</p>"
                 )
             note = "" if m.complete else "(interrupted)"
             if m.stats.get("finish_reason") == "stopped":
