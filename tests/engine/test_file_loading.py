@@ -114,6 +114,16 @@ def test_the_packed_cache_gives_the_same_model_and_rebuilds_a_damaged_entry(own_
     assert not load_decoder(path, 64, precision="int4").from_cache
 
 
+def test_a_model_with_biases_is_read_back_from_the_packed_cache(own_cache, tmp_path):
+    """Biases and panels go into the digest in the order they are read back (Qwen2's q/k/v
+    biases once made every warm load a checksum mismatch, and every load packed again)."""
+    tiny_llama(tied=False, bias=True).save_pretrained(tmp_path / "m")
+    first = load_decoder(tmp_path / "m", 64, precision="int4")
+    again = load_decoder(tmp_path / "m", 64, precision="int4")
+    assert not first.from_cache and again.from_cache
+    same_logits(first, again)
+
+
 def rewrite_gguf(src: Path, dst: Path, drop=(), reshape=None, keep_meta=None, extra=None):
     """A copy of src with tensors dropped, one tensor's rows declared as reshape[1] (same bytes,
     another shape), an `extra` tensor added, or only the metadata keys in keep_meta (no tensors)."""

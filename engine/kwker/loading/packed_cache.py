@@ -99,9 +99,9 @@ def write_entry(path: Path, key: str, step, recording: Recording) -> None:
             continue
         packed = step.packed(w.name)
         e = {"name": w.name, "kind": "matrix", "wtype": w.wtype, "shape": list(w.shape)}
+        if w.bias is not None:  # before the panels: the digest takes the blobs in the order
+            e["bias"] = place(w.bias)  # _read reads them, and it needs the bias first
         e["at"], e["bytes"] = place(packed), packed.nbytes
-        if w.bias is not None:
-            e["bias"] = place(w.bias)
         entries.append(e)
     digest = hashlib.blake2b(digest_size=16)
     for _, blob in blobs:
