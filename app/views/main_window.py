@@ -234,7 +234,8 @@ class MainWindow(QMainWindow):
             ("Ctrl+R", self.regenerate),
         ):
             QShortcut(QKeySequence(keys), self, activated=slot)
-        quit_action = QAction("Quit", self, shortcut=QKeySequence.Quit, triggered=self.close)
+        # Ctrl+Q itself: the platform's QKeySequence.Quit is empty on Windows and offscreen
+        quit_action = QAction("Quit", self, shortcut=QKeySequence("Ctrl+Q"), triggered=self.close)
         self.addAction(quit_action)
         self._set_busy(True)
 
@@ -282,6 +283,7 @@ class MainWindow(QMainWindow):
             "context)"
         )
         self.settings_panel.set_draft_choices(self._draft_candidates())
+        self.input.setFocus()  # ready: the next keystrokes are the user's message
 
     def _on_load_failed(self, msg: str):
         self._set_busy(False)
