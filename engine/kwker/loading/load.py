@@ -30,6 +30,7 @@ from kwker.loading.sources import (
     file_identity,
 )
 from kwker.loading.tokenizer import load_tokenizer, save_tokenizer
+from kwker.models.bundled import bundled_dir
 from kwker.models.cache import cache_dir
 from kwker.precision import checked
 from kwker.runner import DEFAULT_STEP_TOKENS
@@ -74,14 +75,36 @@ def open_files(path: Path):
     )
 
 
+def source_identity(files) -> list[list]:
+    """file_identity(files), with the files of the bundled folder named by their path in it and
+    their size: an installed copy has another absolute path and modification time than the build's
+    (where its packed weights were made), and the same bytes."""
+    bundled = bundled_dir()
+    out = []
+    for (path, size, mtime), f in zip(file_identity(files), files, strict=True):
+        if bundled is not None and Path(f).resolve().is_relative_to(bundled.resolve()):
+            out.append(["bundled", str(Path(f).resolve().relative_to(bundled.resolve())), size])
+        else:
+            out.append([path, size, mtime])
+    return out
+
+
+def packed_roots() -> list[Path]:
+    """Where packed weights and GGUF tokenizers are looked for: the user's cache (written), then
+    the bundled folder's (read-only)."""
+    bundled = bundled_dir()
+    return [cache_dir() / "packed", *([bundled / "packed"] if bundled else [])]
+
+
 def cached_tokenizer(folder: Path, make):
-    """The tokenizer saved in `folder` (a GGUF's, built once from its metadata), else make() saved
-    there."""
-    if (folder / "tokenizer.json").exists():
-        try:
-            return load_tokenizer(folder)
-        except (OSError, ValueError):
-            pass  # a damaged copy: built again below
+    """The tokenizer saved in `folder` (a GGUF's, built once from its metadata) or in its namesake
+    in the bundled folder, else make() saved in `folder`."""
+    for saved in (folder, *(r / folder.name for r in packed_roots()[1:])):
+        if (saved / "tokenizer.json").exists():
+            try:
+                return load_tokenizer(saved)
+            except (OSError, ValueError):
+                pass  # a damaged copy: built again below
     tokenizer = make()
     try:
         save_tokenizer(tokenizer, folder)
@@ -118,11 +141,12 @@ def load_decoder(
     if max_cache_len is None:
         max_cache_len = min(DEFAULT_CACHE_LEN, config.max_position_embeddings)
     precision = checked(precision) or own_precision(source)  # the cache key needs it
-    identity = {"source": file_identity(files), "config": sorted(vars(config).items(), key=str)}
+    identity = {"source": source_identity(files), "config": sorted(vars(config).items(), key=str)}
     source_key = packed_cache.entry_key(identity)
     key = packed_cache.entry_key({**identity, "precision": precision})
-    root = cache_dir() / "packed"
-    entry = root / f"{path.stem}-{precision}-{key}.kwk"
+    roots = packed_roots()
+    root, name = roots[0], f"{path.stem}-{precision}-{key}.kwk"
+    entry = next((r / name for r in roots if (r / name).exists()), root / name)
     options = dict(threads=threads, max_batch=max_batch, max_step_tokens=max_step_tokens,
                    kv_cache=kv_cache)  # fmt: skip
     step, from_cache = None, False
@@ -146,7 +170,7 @@ def load_decoder(
         load_weights(step, config, source, precision, recording)
         if cache:
             try:
-                packed_cache.write_entry(entry, key, step, recording)
+                packed_cache.write_entry(root / name, key, step, recording)
             except OSError as e:  # the model runs; only the next load is slower
                 if progress:
                     progress(f"could not write the packed-weights cache: {e}")

