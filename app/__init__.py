@@ -11,7 +11,18 @@ def main(argv=None) -> int:
         prog="kwker-chat", description="Chat with a local model, fast."
     )
     parser.add_argument("--model", default=None, help="a hub id, a local folder or a .gguf file")
+    parser.add_argument(
+        "--self-test",
+        action="store_true",
+        help="open the window on a fresh data folder, answer one prompt, print it and the rates, "
+        "and exit 0 (1 with the reason on any failure)",
+    )
+    parser.add_argument("--prompt", default=None, help="the self-test's prompt")
     args = parser.parse_args(argv)
+    if args.self_test:
+        from kwker.app import self_test
+
+        return self_test.run(args.prompt or self_test.PROMPT, model=args.model)
 
     from PySide6.QtWidgets import QApplication
 
