@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 
@@ -12,6 +13,9 @@ def main(argv=None) -> int:
     )
     parser.add_argument("--model", default=None, help="a hub id, a local folder or a .gguf file")
     parser.add_argument(
+        "file", nargs="?", default=None, help="a .gguf file or model folder to open"
+    )
+    parser.add_argument(
         "--self-test",
         action="store_true",
         help="open the window on a fresh data folder, answer one prompt, print it and the rates, "
@@ -19,6 +23,9 @@ def main(argv=None) -> int:
     )
     parser.add_argument("--prompt", default=None, help="the self-test's prompt")
     args = parser.parse_args(argv)
+    args.model = args.model or args.file
+    # transformers' notice that torch is missing means nothing here: the app's path needs no torch
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     if args.self_test:
         from kwker.app import self_test
 

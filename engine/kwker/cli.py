@@ -248,6 +248,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    # transformers' notice that torch is missing means nothing here: the file path needs no torch
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     args = build_parser().parse_args(argv)
     if getattr(args, "temperature", None) is None and getattr(args, "seed", None) is not None:
         args.temperature = 0.7
