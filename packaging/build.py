@@ -154,22 +154,23 @@ def write_notices(python: Path, folder: Path) -> Path:
 
 
 def build_bundle(reuse: bool) -> Path:
-    """The frozen one-folder app (WORK/pyinstaller/dist/kwker) and its tarball."""
+    """The frozen one-folder app (WORK/pyinstaller/dist/kwker) and its tarball. With reuse, the
+    wheel, the environment and the prepared model of an earlier build are taken as they are, and
+    only the freezing runs again."""
     folder = WORK / "pyinstaller" / "dist" / "kwker"
     tarball = DIST / f"kwker-{VERSION}-linux-x86_64.tar.gz"
-    if reuse and folder.is_dir() and tarball.exists():
-        return folder
     wheel = build_wheel(reuse)
     started = time.monotonic()
-    venv = WORK / "venv"
-    shutil.rmtree(venv, ignore_errors=True)
-    run(sys.executable, "-m", "venv", venv)
+    venv, models = WORK / "venv", WORK / "models"
     python = venv_python(venv)
-    run(python, "-m", "pip", "install", "-q", "--no-deps", wheel)
-    run(python, "-m", "pip", "install", "-q", *runtime_requirements(wheel), *FREEZE_TOOLS)
-    models = WORK / "models"
-    shutil.rmtree(models, ignore_errors=True)
-    run(python, "-c", f"from kwker.models.bundled import prepare; prepare(r'{models}')")
+    if not (reuse and python.exists()):
+        shutil.rmtree(venv, ignore_errors=True)
+        run(sys.executable, "-m", "venv", venv)
+        run(python, "-m", "pip", "install", "-q", "--no-deps", wheel)
+        run(python, "-m", "pip", "install", "-q", *runtime_requirements(wheel), *FREEZE_TOOLS)
+    if not (reuse and models.is_dir()):
+        shutil.rmtree(models, ignore_errors=True)
+        run(python, "-c", f"from kwker.models.bundled import prepare; prepare(r'{models}')")
     notices = write_notices(python, WORK / "licenses")
     draw_icons(WORK / "icons")
     env = {
@@ -180,6 +181,8 @@ def build_bundle(reuse: bool) -> Path:
     run(python, "-m", "PyInstaller", "--noconfirm", "--clean",
         "--distpath", WORK / "pyinstaller" / "dist", "--workpath", WORK / "pyinstaller" / "work",
         PACKAGING / "kwker.spec", env=env)  # fmt: skip
+    if os.name != "nt":  # the command line: the app's one executable by its other name
+        (folder / "kwker").symlink_to("kwker-chat")
     if sys.platform == "linux":
         DIST.mkdir(exist_ok=True)
         with tarfile.open(tarball, "w:gz") as tar:

@@ -113,6 +113,7 @@ class MainWindow(QMainWindow):
         self.last_finish_reason = None
 
         self._build()
+        self._enable_drops()
         self.frame = QTimer(self)
         self.frame.setInterval(FRAME_MS)
         self.frame.timeout.connect(self._draw_frame)

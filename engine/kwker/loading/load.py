@@ -30,8 +30,7 @@ from kwker.loading.sources import (
     file_identity,
 )
 from kwker.loading.tokenizer import load_tokenizer, save_tokenizer
-from kwker.models.bundled import bundled_dir
-from kwker.models.cache import cache_dir
+from kwker.models.cache import bundled_dir, cache_dir
 from kwker.precision import checked
 from kwker.runner import DEFAULT_STEP_TOKENS
 

@@ -1,30 +1,21 @@
 """The models an installer ships: the default model's GGUF, its packed weights and its tokenizer in
 one read-only folder, so that the installed app's first launch neither downloads nor packs anything.
 
-`prepare(folder)` fills the folder at build time (packaging/build.py); at run time `bundled_dir()`
-finds it, `resolve_model` takes the GGUF from it and `load_decoder` reads the packed weights and
-the tokenizer from its packed/ folder (their cache keys name bundled files by their path in the
-folder, not by where it was installed: see kwker.loading.load.source_identity).
+`prepare(folder)` fills the folder at build time (packaging/build.py); at run time
+kwker.models.cache.bundled_dir finds it, `resolve_model` takes the GGUF from it and `load_decoder`
+reads the packed weights and the tokenizer from its packed/ folder (their cache keys name bundled
+files by their path in the folder, not by where it was installed: see
+kwker.loading.load.source_identity).
 """
 
 from __future__ import annotations
 
 import os
 import shutil
-import sys
 import tempfile
 from pathlib import Path
 
 PRECISIONS = ("int4",)  # what the app runs by default (kwker.app.settings.DEFAULT_PRECISION)
-
-
-def bundled_dir() -> Path | None:
-    """The bundled folder: KWKER_BUNDLED_DIR, else models/ beside a frozen app's code; None when
-    there is none."""
-    root = os.environ.get("KWKER_BUNDLED_DIR")
-    if not root and getattr(sys, "frozen", False):
-        root = str(Path(sys._MEIPASS) / "models")  # PyInstaller's folder of the bundled files
-    return Path(root) if root and Path(root).is_dir() else None
 
 
 def prepare(folder: Path, model: str | None = None, precisions=PRECISIONS, progress=print) -> Path:
