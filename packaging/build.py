@@ -116,9 +116,23 @@ for size in {ICON_SIZES!r}:
     svg.render(p)
     p.end()
     assert img.save(f"{{sys.argv[2]}}/kwker-{{size}}.png")
+    if size == 256:
+        assert img.save(f"{{sys.argv[2]}}/kwker.ico")  # Windows' executables and installer
 """
     env = {**os.environ, "QT_QPA_PLATFORM": "offscreen"}
     run(venv_python(WORK / "venv"), "-c", code, ROOT / "resources/icons/kwker.svg", folder, env=env)
+    if sys.platform == "darwin":  # macOS wants an .icns, made by its own iconutil
+        iconset = folder / "kwker.iconset"
+        iconset.mkdir(exist_ok=True)
+        for size in (16, 32, 128, 256, 512):
+            shutil.copy(folder / f"kwker-{size}.png", iconset / f"icon_{size}x{size}.png")
+        run("iconutil", "-c", "icns", iconset, "-o", folder / "kwker.icns")
+
+
+def bundle_icon() -> str:
+    """The executable's icon where the system takes one from the build (none on Linux)."""
+    name = {"win32": "kwker.ico", "darwin": "kwker.icns"}.get(sys.platform)
+    return str(WORK / "icons" / name) if name else ""
 
 
 def write_notices(python: Path, folder: Path) -> Path:
@@ -177,6 +191,7 @@ def build_bundle(reuse: bool) -> Path:
         **os.environ,
         "KWKER_BUNDLE_MODELS": str(models),
         "KWKER_BUNDLE_LICENSES": str(notices.parent),
+        "KWKER_BUNDLE_ICON": bundle_icon(),
     }
     run(python, "-m", "PyInstaller", "--noconfirm", "--clean",
         "--distpath", WORK / "pyinstaller" / "dist", "--workpath", WORK / "pyinstaller" / "work",
