@@ -31,6 +31,12 @@ def main(argv=None) -> int:
 
         return self_test.run(args.prompt or self_test.PROMPT, model=args.model)
 
+    from kwker.app.system_check import missing_xcb_packages, xcb_message
+
+    missing = missing_xcb_packages()
+    if missing:
+        print(xcb_message(missing), file=sys.stderr)
+        return 1
     from PySide6.QtWidgets import QApplication
 
     from kwker.app.store import Store
