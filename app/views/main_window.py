@@ -140,6 +140,9 @@ class MainWindow(QMainWindow):
         models_btn = QPushButton("Models…")
         models_btn.setAccessibleName("models")
         models_btn.clicked.connect(self.open_models)
+        about_btn = QPushButton("About")
+        about_btn.setAccessibleName("about Kwker and its licenses")
+        about_btn.clicked.connect(self.open_about)
         new_btn = QPushButton("New chat")
         new_btn.setAccessibleName("new chat")
         new_btn.clicked.connect(self.new_chat)
@@ -152,7 +155,10 @@ class MainWindow(QMainWindow):
         sl.addWidget(new_btn)
         sl.addWidget(self.search)
         sl.addWidget(self.conv_list, 1)
-        sl.addWidget(models_btn)
+        models_row = QHBoxLayout()
+        models_row.addWidget(models_btn, 1)
+        models_row.addWidget(about_btn)
+        sl.addLayout(models_row)
         row = QHBoxLayout()
         row.addWidget(rename_btn)
         row.addWidget(delete_btn)
@@ -306,6 +312,13 @@ class MainWindow(QMainWindow):
         self.picker.draft_chosen.connect(lambda repo: self._switch_model(draft_model=repo))
         self.picker.show()
         return self.picker
+
+    def open_about(self):
+        from kwker.app.views.about import AboutDialog
+
+        self.about = AboutDialog(self)
+        self.about.show()
+        return self.about
 
     def _switch_model(self, **changes):
         self.apply_settings({**self.settings_panel.values(), **changes}, conversation_only=False)

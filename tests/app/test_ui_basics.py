@@ -480,3 +480,14 @@ def test_every_control_of_the_model_picker_has_an_accessible_name(qtbot, data_di
         picker.table in checked and picker.search in checked and picker.download_button in checked
     )
     assert not unnamed, "model picker controls without an accessible name:\n" + "\n".join(unnamed)
+
+
+def test_the_about_box_shows_the_license_and_the_notices(qtbot, data_dir):
+    win = open_window(qtbot)
+    about = win.open_about()
+    qtbot.addWidget(about)
+    text = about.text.toPlainText()
+    assert "Apache License 2.0" in about.findChild(QLabel).text()
+    lines = {line.split(" ")[0]: line for line in text.splitlines() if ": " in line}
+    assert "LGPL-3.0" in lines["PySide6_Essentials"]  # Qt for Python, as its metadata says
+    assert "BSD-3-Clause" in lines["numpy"]
