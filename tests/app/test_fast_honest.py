@@ -42,25 +42,33 @@ def test_speedup_is_one_when_nothing_was_proposed(qtbot, data_dir):
 
 
 def test_speedup_on_the_rewrite_task_matches_the_bench(qtbot, data_dir):
-    """The window's figure (the median of three answers, as the bench takes the median of three
-    runs) against `kwker bench --lookup`'s on the same decoder and prompt: median tokens/s of prompt
-    lookup over plain decoding, in separate generations."""
+    """The window's figure (the median of three answers) against `kwker bench --lookup`'s on the same
+    decoder and prompt: median tokens/s of prompt lookup over plain decoding, in separate generations
+    (7 runs each, alternating). The bench's ratio is the noisier of the two (a slow moment on a
+    shared machine lands on one mode's runs only): a second measurement of both is taken when the
+    first pair is more than 15% apart, and one of the two pairs must agree."""
     win = open_window(qtbot, {**GREEDY, "lookup": True, "max_new_tokens": 160})
     msg = answer(qtbot, win, TASKS["rewrite"])
     assert msg.stats["accepted"]["lookup"] > 40
-    speedups = [msg.stats["speedup"]]
-    for _ in range(2):
-        win.regenerate()
-        qtbot.waitUntil(lambda: not win.generating, timeout=60_000)
-        assert win.messages[-1].content == msg.content  # greedy: the same answer
-        speedups.append(win.messages[-1].stats["speedup"])
-    speedup = statistics.median(speedups)
-    assert speedup > 1.5, speedups
     modes = {"plain": dict(lookup=0), "lookup": dict(lookup=8)}
-    rows = time_modes(win.worker.decoder, win.worker.last_prompt, modes, 160, 5, "rewrite", print)
-    bench = rows["lookup"]["speedup"]
-    print(f"rewrite: speedup in the window {speedups} -> {speedup:.2f}x, the bench's {bench:.2f}x")
-    assert abs(speedup / bench - 1) <= 0.15, (speedups, bench)
+    pairs = []
+    for _ in range(2):
+        speedups = []
+        for _ in range(3):
+            win.regenerate()
+            qtbot.waitUntil(lambda: not win.generating, timeout=60_000)
+            assert win.messages[-1].content == msg.content  # greedy: the same answer
+            speedups.append(win.messages[-1].stats["speedup"])
+        speedup = statistics.median(speedups)
+        assert speedup > 1.5, speedups
+        ids = win.worker.last_prompt
+        rows = time_modes(win.worker.decoder, ids, modes, 160, 7, "rewrite", print)
+        pairs.append((speedup, rows["lookup"]["speedup"]))
+        print(f"rewrite: speedup in the window {speedups} -> {speedup:.2f}x, the bench's "
+              f"{pairs[-1][1]:.2f}x")  # fmt: skip
+        if abs(speedup / pairs[-1][1] - 1) <= 0.15:
+            return
+    raise AssertionError(f"(window, bench) speedups more than 15% apart twice: {pairs}")
 
 
 def test_a_long_chat_rolls_over_and_keeps_the_system_prompt(qtbot, data_dir):
