@@ -9,6 +9,7 @@ import os
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 PROMPT = "What is 2+2? Answer in one short sentence."
 TIMEOUT_S = 300.0
@@ -17,8 +18,8 @@ TIMEOUT_S = 300.0
 def process_age() -> float:
     """Seconds since this process started (from /proc on Linux; else since this module loaded)."""
     try:
-        ticks = int(open("/proc/self/stat").read().rsplit(")", 1)[1].split()[19])
-        uptime = float(open("/proc/uptime").read().split()[0])
+        ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
         return uptime - ticks / os.sysconf("SC_CLK_TCK")
     except (OSError, ValueError, IndexError):
         return time.perf_counter() - _LOADED

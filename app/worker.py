@@ -102,7 +102,7 @@ class GenerationWorker(QObject):
             max_new = int(settings["max_new_tokens"])
             prompt = fit_prompt(
                 self._prompt_ids, settings.get("system_prompt", "").strip(), messages, start,
-                self.decoder.max_cache_len, max_new, settings.get("context_overflow", "rolling"),
+                self.decoder.max_cache_len, max_new, settings["context_overflow"],
             )  # fmt: skip
             self.window.emit(prompt.start)
             self.last_prompt = prompt.ids

@@ -102,6 +102,7 @@ class MainWindow(QMainWindow):
         self.messages = []
         self.generating = False
         self.stream_cid = self.stream_mid = None
+        self.stream_history_ids: list[int] = []  # the ids of the messages the answer was asked from
         self.stream_text = ""
         self.stream_runs: list = []  # which runs of stream_text came from speculation (add_run)
         self.stream_stats: dict = {}
@@ -423,6 +424,7 @@ class MainWindow(QMainWindow):
         messages = self.store.messages(self.cid)
         history = [{"role": m.role, "content": m.content} for m in messages]
         start = window_start(messages, self.store.conversation(self.cid).context_from)
+        self.stream_history_ids = [m.id for m in messages]  # what the worker's window indexes
         self.stream_cid = self.cid
         self.stream_mid = self.store.add_message(self.cid, "assistant", "", complete=False).id
         self.stream_text, self.stream_runs, self.stream_stats = "", [], {}
@@ -437,8 +439,7 @@ class MainWindow(QMainWindow):
 
     def _on_window(self, start: int):
         """The worker's rolling window starts at message `start` of the answered history."""
-        messages = self.store.messages(self.stream_cid)
-        mid = messages[start].id if start > 0 else 0
+        mid = self.stream_history_ids[start] if start > 0 else 0
         if mid != self.store.conversation(self.stream_cid).context_from:
             self.store.set_context_from(self.stream_cid, mid)
             if self.cid == self.stream_cid:
