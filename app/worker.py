@@ -135,19 +135,4 @@ class GenerationWorker(QObject):
 
 
 def _stats_dict(s, t0: float) -> dict:
-    return {
-        "new_tokens": s.new_tokens,
-        "tokens_per_s": s.tokens_per_s,
-        "prefill_s": s.prefill_s,
-        "prompt_tokens": s.prompt_tokens,
-        "reused_prompt_tokens": s.reused_prompt_tokens,
-        "steps": s.steps,
-        "tokens_per_step": s.tokens_per_step,
-        "proposed": dict(s.proposed),
-        "accepted": dict(s.accepted),
-        "draft_s": s.draft_s,
-        "speedup": s.speedup,  # None before a plain step was measured
-        "plain_steps": s.plain_steps,
-        "plain_tokens_per_s": 1 / s.plain_step_s if s.plain_step_s else 0.0,
-        "elapsed_s": time.perf_counter() - t0,
-    }
+    return s.summary() | {"elapsed_s": time.perf_counter() - t0}

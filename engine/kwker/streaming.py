@@ -66,6 +66,25 @@ class GenerationStats:
         typical = sum(len(t) * median(t) for t in self.step_times.values())
         return (self.new_tokens - 1) * self.plain_step_s / typical
 
+    def summary(self) -> dict:
+        """The figures as plain JSON values: what the app's statistics show, and what `kwker
+        serve` reports as usage["kwker"] (a remote app shows the same figures)."""
+        return {
+            "new_tokens": self.new_tokens,
+            "tokens_per_s": self.tokens_per_s,
+            "prefill_s": self.prefill_s,
+            "prompt_tokens": self.prompt_tokens,
+            "reused_prompt_tokens": self.reused_prompt_tokens,
+            "steps": self.steps,
+            "tokens_per_step": self.tokens_per_step,
+            "proposed": dict(self.proposed),
+            "accepted": dict(self.accepted),
+            "draft_s": self.draft_s,
+            "speedup": self.speedup,  # None before a plain step was measured
+            "plain_steps": self.plain_steps,
+            "plain_tokens_per_s": 1 / self.plain_step_s if self.plain_step_s else 0.0,
+        }
+
 
 @dataclass
 class GenerationChunk:
