@@ -6,7 +6,7 @@ import torch
 from helpers import tiny_llama
 
 from kwker.decode import KwkDecoder
-from kwker.speculative import LookupProposer, Speculator, StepCosts
+from kwker.speculative import STEP_SLOPE, LookupProposer, Speculator, StepCosts
 
 # A prompt that repeats itself, so that lookup has something to propose, and one that does not.
 REPEATS = [5, 9, 33, 102, 7, 61, 5, 9, 33, 102, 7, 61, 5, 9, 33]
@@ -150,7 +150,8 @@ def test_step_costs_are_relative_to_the_one_token_step_of_their_moment():
     assert spec._cost(2) == pytest.approx(
         1.25
     )  # no wider step was dearer than 1.25: neither is this one
-    assert spec._cost(5) == pytest.approx(1.0 + 0.08 * 4)  # wider than anything measured: the prior
+    # wider than anything measured: the widest measured, and the prior's slope beyond
+    assert spec._cost(5) == pytest.approx(1.25 + STEP_SLOPE)
 
 
 def test_a_decoder_shares_step_times_between_its_generations(target):
@@ -174,16 +175,26 @@ def test_a_draft_cost_measured_by_earlier_sequences_is_not_forgotten():
             return [7] * k
 
     draft, costs = Draft(), StepCosts(step1_s=0.004, relative={2: 1.125, 3: 1.25})
-    assert (
-        Speculator(None, draft, costs=costs).propose([1, 2, 3], room=8)[0] == "draft"
-    )  # not measured: tried
-    costs.draft_token[id(draft.draft)] = (
-        5.0  # an earlier sequence found a proposal costs 5 target steps
-    )
+    source, cands = Speculator(None, draft, costs=costs).propose([1, 2, 3], room=8)
+    # not measured: tried, at a width where a draft can pay
+    assert source == "draft" and len(cands) == Speculator.FIRST_DRAFT_WIDTH
+    # an earlier sequence found a 4-token proposal costs 20 target steps
+    costs.draft_call[id(draft.draft)] = {4: 20.0}
     assert Speculator(None, draft, costs=costs).propose([1, 2, 3], room=8) == (None, [])
     assert (
         Speculator(None, Draft(), costs=costs).propose([1, 2, 3], room=8)[0] == "draft"
     )  # another draft: tried
+
+
+def test_draft_call_costs_are_a_fixed_part_and_a_part_per_token():
+    spec = Speculator(None, None)
+    spec._draft_key = 1
+    spec.costs.draft_call[1] = {4: 2.0}
+    assert spec._draft_call(2) == pytest.approx(1.0)  # one width measured: proportional
+    spec.costs.draft_call[1][2] = 1.6  # 1.2 a call + 0.2 a token
+    assert spec._draft_call(3) == pytest.approx(1.8)  # between: on their line
+    assert spec._draft_call(8) == pytest.approx(2.8)  # beyond: along it
+    assert spec._draft_call(1) == pytest.approx(1.4)
 
 
 def test_a_draft_that_does_not_pay_on_its_record_is_probed_with_backoff():
@@ -201,28 +212,113 @@ def test_a_draft_that_does_not_pay_on_its_record_is_probed_with_backoff():
 
     draft = Draft()
     costs = StepCosts(step1_s=0.004, relative={fed: 1.1 for fed in range(2, 10)})
-    costs.draft_token[id(draft.draft)] = 0.35
+    costs.draft_call[id(draft.draft)] = {4: 20.0}  # so dear that no acceptance would make it pay
     spec = Speculator(None, draft, costs=costs)
-    spec.accept["draft"] = 0.4  # a record on which it does not pay
     assert spec._best_k("draft", 8) == 0
-    source, cands = spec.propose([1, 2, 3], room=8)
-    assert source == "draft" and cands  # probed at once
-    spec.feedback(source, len(cands), len(cands), len(cands) + 1, 0.0045, None)  # wholly accepted
-    source, cands = spec.propose([1, 2, 3], room=8)
-    assert (
-        source == "draft" and spec._best_k("draft", 8) == 0
-    )  # so probed again (its record does not pay yet)
-    spec.feedback(source, len(cands), 0, len(cands) + 1, 0.0045, None)  # rejected: the gap doubles
-    gaps = []
-    for _ in range(3):  # then, while its record stays low, probes only after 16, 32, 64 steps
+    assert spec._best_k("draft", 8, accept=Speculator.PROBE_ACCEPT) == 0
+    gaps, widths = [], []
+    for _ in range(6):  # probed all the same, after 8 steps, then 16, 32, ... up to PROBE_GAP_MAX
         steps = 0
-        spec.accept["draft"] = 0.4
-        while spec.propose([1, 2, 3], room=8)[0] is None:
+        while True:
+            source, cands = spec.propose([1, 2, 3], room=8)
+            if source is not None:
+                break
             spec.feedback(None, 0, 0, 1, 0.004, None)
             steps += 1
-        spec.feedback("draft", 2, 0, 3, 0.0045, None)
+        widths.append(len(cands))
+        spec.feedback(source, len(cands), 0, len(cands) + 1, 0.0045, None)  # rejected
         gaps.append(steps)
-    assert gaps == [16, 32, 64]
+    assert gaps == [8, 16, 32, 64, 128, 128]
+    assert set(widths) == {Speculator.PROBE_MIN_WIDTH}  # at a width that could pay
+    # a probe after which its record pays makes it a regular: proposals at every step
+    costs.draft_call[id(draft.draft)] = {4: 0.4}
+    spec.accept["draft"] = 0.95
+    assert spec.propose([1, 2, 3], room=8)[0] == "draft"
+
+
+class SimulatedDraft:
+    """A draft on a simulated machine: a k-token proposal costs call(k) target steps of the clock's time, and
+    each proposed token is the target's own with probability `agree`."""
+
+    name = "draft"
+
+    def __init__(self, clock, call, step1_s, agree, seed=0):
+        import random
+
+        self.draft, self.behind = object(), 1
+        self.clock, self.call, self.step1_s, self.agree = clock, call, step1_s, agree
+        self.rng = random.Random(seed)
+        self.calls: list[int] = []
+
+    def propose(self, tokens, k):
+        self.clock.t += self.call(k) * self.step1_s
+        self.calls.append(k)
+        return [7] * k
+
+    def accepted(self, k):
+        n = 0
+        while n < k and self.rng.random() < self.agree:
+            n += 1
+        return n
+
+
+class Clock:
+    t = 0.0
+
+    def __call__(self):
+        return self.t
+
+
+def simulate(spec, draft, step, steps, step1_s):
+    """Runs `steps` verify steps on the simulated machine: (tokens, time) of the last half."""
+    tokens = seconds = 0.0
+    for i in range(steps):
+        source, cands = spec.propose([1, 2, 3], room=50)
+        t0 = draft.clock.t
+        accepted = draft.accepted(len(cands)) if source == "draft" else 0
+        fed = len(cands) + 1
+        spec.feedback(source, len(cands), accepted, fed, step(fed) * step1_s, None)
+        if i >= steps // 2:
+            tokens += accepted + 1
+            seconds += draft.clock.t - t0 + step(fed) * step1_s
+    return tokens, seconds
+
+
+@pytest.mark.parametrize(
+    "inherited",
+    [
+        None,  # a new draft
+        {1: 1.75},  # an earlier sequence measured only 1-token proposals, which never pay here
+    ],
+)
+def test_the_controller_finds_a_draft_that_pays_only_at_width_3_or_more(inherited):
+    """A machine whose costs make narrow proposals a loss: a draft call costs 1.7 target steps plus 0.05 a
+    token, a verify step 1 + 0.05 per extra token, and 95% of the draft's tokens are accepted. Proposing 1 token
+    yields 0.75x, 2 tokens 0.98x, 3 tokens 1.24x, 8 tokens 2.1x plain decoding."""
+    step1_s = 0.01
+    clock = Clock()
+    draft = SimulatedDraft(clock, lambda k: 1.7 + 0.05 * k, step1_s, agree=0.95)
+    costs = StepCosts()
+    if inherited is not None:
+        costs.step1_s = step1_s
+        costs.relative = {2: 1.05}
+        costs.draft_call[id(draft.draft)] = dict(inherited)
+    spec = Speculator(None, draft, costs=costs, clock=clock)
+    tokens, seconds = simulate(spec, draft, lambda fed: 1 + 0.05 * (fed - 1), 400, step1_s)
+    assert tokens / seconds * step1_s > 1.5  # tokens per plain step's time
+    later = draft.calls[len(draft.calls) // 2 :]
+    assert later and min(later) >= 3
+
+
+def test_on_a_machine_where_the_draft_never_pays_it_costs_little():
+    """The same draft at 30% agreement: probes still fire, and cost under 3% of the time."""
+    step1_s = 0.01
+    clock = Clock()
+    draft = SimulatedDraft(clock, lambda k: 1.7 + 0.05 * k, step1_s, agree=0.3)
+    spec = Speculator(None, draft, clock=clock)
+    tokens, seconds = simulate(spec, draft, lambda fed: 1 + 0.05 * (fed - 1), 1000, step1_s)
+    assert tokens / seconds * step1_s > 0.97
+    assert len(draft.calls) >= 5  # probed all along
 
 
 def test_with_both_sources_the_one_expecting_more_tokens_per_time_proposes():
@@ -238,7 +334,7 @@ def test_with_both_sources_the_one_expecting_more_tokens_per_time_proposes():
     text = [1, 2, 3, 4, 5, 6, 7, 8] * 3 + [1, 2]
     costs = StepCosts(step1_s=0.004, relative={fed: 1.0 for fed in range(2, 10)})
     draft = Draft()
-    costs.draft_token[id(draft.draft)] = 0.1  # a cheap draft
+    costs.draft_call[id(draft.draft)] = {4: 0.4}  # a cheap draft
     spec = Speculator(LookupProposer(), draft, costs=costs)
     spec.accept.update(
         lookup=0.9, draft=0.3
