@@ -188,7 +188,9 @@ class StepDecoder:
         first step to its end (or close) the stream holds the decoder: other threads' calls wait.
 
         Options: do_sample, temperature, top_k, top_p, min_p, repetition_penalty, min_new_tokens,
-        eos_token_id, generator (transformers' meanings); lookup=N proposes up to N tokens per
+        eos_token_id, generator (transformers' meanings); presence_penalty, frequency_penalty
+        (OpenAI's); logprobs=K gives each chunk its token's log-probability and the K likeliest
+        tokens' (see GenerationChunk); lookup=N proposes up to N tokens per
         step by prompt lookup (default 8, 0 turns it off); draft= a KwkDecoder of a small model
         with the same tokenizer proposes too: each step takes the source that expects more tokens
         per unit of time (the draft where lookup finds nothing). Neither changes the output."""
@@ -212,6 +214,8 @@ class StepDecoder:
         top_p: float | None = None,
         min_p: float | None = None,
         repetition_penalty: float | None = None,
+        presence_penalty: float | None = None,
+        frequency_penalty: float | None = None,
         min_new_tokens: int = 0,
         eos_token_id: int | list[int] | None = None,
         generator: SeededGenerator | torch.Generator | None = None,
@@ -219,6 +223,7 @@ class StepDecoder:
         draft: StepDecoder | None = None,
         tokenizer=None,
         costs: StepCosts | None = None,
+        logprobs: int | None = None,
     ) -> SequenceState:
         """A validated sequence to generate (raises ValueError/TypeError on bad options). costs:
         what earlier sequences measured, shared with this one's speculation (see StepCosts)."""
@@ -238,6 +243,10 @@ class StepDecoder:
             raise ValueError(f"lookup must be a non-negative integer, got {lookup!r}")
         if draft is not None:
             self.check_draft(draft)
+        if logprobs is not None and (
+            not isinstance(logprobs, int) or isinstance(logprobs, bool) or logprobs < 0
+        ):
+            raise ValueError(f"logprobs must be None or a non-negative integer, got {logprobs!r}")
         params = SamplingParams(
             do_sample=bool(do_sample),
             temperature=self._default("temperature", temperature) if do_sample else None,
@@ -245,6 +254,8 @@ class StepDecoder:
             top_p=self._default("top_p", top_p) if do_sample else None,
             min_p=self._default("min_p", min_p) if do_sample else None,
             repetition_penalty=repetition_penalty,
+            presence_penalty=presence_penalty,
+            frequency_penalty=frequency_penalty,
             min_new_tokens=min_new_tokens,
             eos_token_ids=self._eos_ids(eos_token_id),
         )
@@ -255,7 +266,7 @@ class StepDecoder:
             lookup_max=max(lookup, 1),
             costs=costs,
         )
-        return SequenceState(prompt, max_new_tokens, sampler, spec, tokenizer)
+        return SequenceState(prompt, max_new_tokens, sampler, spec, tokenizer, logprobs)
 
     def check_draft(self, draft: StepDecoder) -> None:
         """A draft must speak the target's tokenizer: the same vocabulary size and special tokens
@@ -298,6 +309,8 @@ class StepDecoder:
                 while scheduler.active:
                     for _, chunks in scheduler.step():
                         yield from chunks
+                    if seq.error is not None:
+                        raise seq.error
             finally:
                 scheduler.close()
 

@@ -112,6 +112,10 @@ class SamplingParams:
     top_p: float | None = None
     min_p: float | None = None
     repetition_penalty: float | None = None
+    # OpenAI's: subtracted from the score of each token the answer already holds, once (presence)
+    # and once per time it occurs (frequency); counted over the new tokens, not the prompt
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
     min_new_tokens: int = 0
     eos_token_ids: list[int] = field(default_factory=list)
 
@@ -124,6 +128,8 @@ class SamplingParams:
         _check_number(
             "repetition_penalty", self.repetition_penalty, "a positive number", lambda v: v > 0
         )
+        for name in ("presence_penalty", "frequency_penalty"):
+            _check_number(name, getattr(self, name), "a finite number", lambda v: True)
         if not _is_int(self.min_new_tokens) or self.min_new_tokens < 0:
             raise ValueError(
                 f"min_new_tokens must be a non-negative integer, got {self.min_new_tokens!r}"
@@ -175,6 +181,8 @@ class Sampler:
         if self._draw is None and p.do_sample:
             raise TypeError(_not_a_generator(generator))
         self.penalty = p.repetition_penalty if p.repetition_penalty not in (None, 1.0) else None
+        self.presence = float(p.presence_penalty or 0.0)
+        self.frequency = float(p.frequency_penalty or 0.0)
         self.eos = np.array(p.eos_token_ids if p.min_new_tokens > 0 else [], dtype=np.int64)
         self.temperature = (
             p.temperature if p.do_sample and p.temperature not in (None, 1.0) else None
@@ -183,7 +191,13 @@ class Sampler:
         self.top_p = p.top_p if p.do_sample and p.top_p is not None and p.top_p < 1.0 else None
         self.min_p = p.min_p if p.do_sample and p.min_p else None
         self._buffer = None
-        self.needs_logits = p.do_sample or self.penalty is not None or len(self.eos) > 0
+        self.needs_logits = (
+            p.do_sample
+            or self.penalty is not None
+            or self.presence != 0
+            or self.frequency != 0
+            or len(self.eos) > 0
+        )
 
     def draw(self) -> float:
         """The uniform number for the next output position (one per position, whatever is speculated)."""
@@ -199,12 +213,14 @@ class Sampler:
         return self.sample(*self.survivors(scores), u)
 
     def processed(self, logits, context) -> np.ndarray:
-        """The scores after the repetition penalty and min_new_tokens (float32; logits are not modified)."""
+        """The scores after the repetition, presence and frequency penalties and min_new_tokens
+        (float32; logits are not modified)."""
         x = logits.numpy() if is_tensor(logits) else np.asarray(logits)
         x = x.astype(np.float32, copy=False)
         n_ctx = context.shape[-1] if is_tensor(context) else len(context)
         suppress_eos = len(self.eos) > 0 and n_ctx - self.prompt_len < self.params.min_new_tokens
-        if self.penalty is None and not suppress_eos:
+        counted = self.presence != 0 or self.frequency != 0
+        if self.penalty is None and not counted and not suppress_eos:
             return x
         if self._buffer is None or self._buffer.shape != x.shape:
             self._buffer = np.empty_like(
@@ -218,6 +234,12 @@ class Sampler:
             ids = np.asarray(context, dtype=np.int64).reshape(-1)
             v = x[ids]
             x[ids] = np.where(v < 0, v * np.float32(self.penalty), v / np.float32(self.penalty))
+        if counted:  # OpenAI's rule, over the tokens generated so far
+            new = np.asarray(context, dtype=np.int64).reshape(-1)[self.prompt_len :]
+            ids, counts = np.unique(new, return_counts=True)
+            x[ids] -= np.float32(self.presence) + np.float32(self.frequency) * counts.astype(
+                np.float32
+            )
         if suppress_eos:
             x[self.eos[(self.eos >= 0) & (self.eos < len(x))]] = -np.inf
         return x

@@ -76,7 +76,12 @@ class Scheduler:
 
     def step(self) -> list[tuple[SequenceState, list[GenerationChunk]]]:
         """One round: every active sequence's plan, in as few native steps as the limits allow.
-        Returns each sequence's new chunks; the sequences that finished are retired."""
+        Returns each sequence's new chunks; the sequences that finished are retired.
+
+        A failure is its sequence's own: a sequence whose plan or absorb raises ends with
+        finish_reason "error" and the exception in seq.error, and a native step that raises is
+        run again feed by feed, so that only the feed it fails on ends. The others go on, with
+        the tokens they get alone (a failed step leaves the slots' records as they were)."""
         if all(seq.fast for seq in self.active):  # no torch: the native argmax is every answer
             results = self._step()
         else:
@@ -96,16 +101,24 @@ class Scheduler:
                 # with nothing active, admitting without room raises: the slots are held elsewhere
                 while waiting and (self.has_room or not self.active):
                     self.admit(waiting.popleft())
-                self.step()
+                for seq, _ in self.step():
+                    if seq.error is not None:  # a batch call fails as a whole
+                        raise seq.error
         finally:
             self.close()
 
     def _step(self):
         plans = []  # (sequence, its feed)
+        out = []
         for seq in self.active:
-            tokens, start, rows = seq.plan(self.prefill_chunk)
+            try:
+                tokens, start, rows = seq.plan(self.prefill_chunk)
+            except Exception as e:  # noqa: BLE001  (its proposer failed: it ends, not the batch)
+                seq.fail(e)
+                out.append((seq, []))
+                continue
             plans.append((seq, Feed(seq.slot, start, tokens, rows)))
-        out, group, tokens, rows = [], [], 0, 0
+        group, tokens, rows = [], 0, 0
         for seq, feed in plans:
             if group and (
                 tokens + len(feed.tokens) > self.runner.max_step_tokens
@@ -122,17 +135,30 @@ class Scheduler:
     def _run_group(self, group):
         """One native step for the group's feeds: verify; then each sequence accepts and rolls
         back."""
-        need_logits = any(not seq.fast and feed.n_rows for seq, feed in group)
+        need_logits = any(seq.wants_logits and feed.n_rows for seq, feed in group)
         results = []
         # The logits are a view of the step's buffer, valid until the next step: absorb reads them
         # in place, under the lock (a copy of a wide verify step's rows would be charged to its
         # cost; perf-notes #3).
         with self.runner.lock:
             t0 = time.perf_counter()
-            outputs = self.runner.extend([feed for _, feed in group], logits=need_logits)
+            try:
+                outputs = self.runner.extend([feed for _, feed in group], logits=need_logits)
+            except Exception as e:  # noqa: BLE001  (see step: the failure is one feed's)
+                if len(group) > 1:
+                    return [r for one in group for r in self._run_group([one])]
+                group[0][0].fail(e)
+                return [(group[0][0], [])]
             seconds = time.perf_counter() - t0
             for (seq, feed), rows in zip(group, outputs, strict=True):
-                chunks = seq.absorb(len(feed.tokens), rows.argmax, rows.logits, seconds)
+                try:
+                    chunks = seq.absorb(len(feed.tokens), rows.argmax, rows.logits, seconds)
+                except Exception as e:  # noqa: BLE001  (its sampler or detokenizer failed)
+                    # its slot's records stay true (they hold only what the step computed), so
+                    # no rollback: the slot's cache is as reusable as any other
+                    seq.fail(e)
+                    results.append((seq, []))
+                    continue
                 rejected = feed.start + len(feed.tokens) - seq.cached_len
                 self.runner.trim(seq.slot, rejected)  # rollback
                 results.append((seq, chunks))

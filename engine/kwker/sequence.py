@@ -5,9 +5,13 @@ engine."""
 
 from __future__ import annotations
 
+import math
 import time
 
-from kwker.sampling import Sampler
+import numpy as np
+
+from kwker import _native
+from kwker.sampling import CLOSE, Sampler
 from kwker.speculative import Speculator, accept
 from kwker.streaming import GenerationChunk, GenerationStats, StreamingDetokenizer
 
@@ -20,6 +24,7 @@ class SequenceState:
         sampler: Sampler,
         spec: Speculator,
         tokenizer=None,
+        logprobs: int | None = None,
     ):
         self.prompt = prompt
         self.tokens = list(prompt)  # prompt + emitted tokens
@@ -31,17 +36,18 @@ class SequenceState:
         self.stats = GenerationStats(prompt_tokens=len(prompt))
         self.detok = StreamingDetokenizer(tokenizer) if tokenizer is not None else None
         self.eos = set(sampler.params.eos_token_ids)
-        self.fast = (
-            not sampler.needs_logits
-        )  # greedy without processors: the native argmax is the answer
+        # greedy without processors: the native argmax is the answer
+        self.fast = not sampler.needs_logits
+        self.logprobs = logprobs  # None, or how many alternatives each chunk reports
+        self.wants_logits = not self.fast or logprobs is not None
         self.finish_reason: str | None = None
+        self.error: BaseException | None = None  # why it failed (finish_reason "error")
         self._source: str | None = None
         self._cands: list[int] = []
         self._draft_s = 0.0
         self._planned_at = 0.0  # when the current decode step's plan began (its time: see absorb)
-        self._first_token_time = (
-            0.0  # when prefill gave the first new token: decoding's wall-clock starts there
-        )
+        # when prefill gave the first new token (perf_counter): decoding's wall-clock starts there
+        self.first_token_at = 0.0
 
     def place(self, slot: int, reused: int) -> None:
         """The slot the sequence runs in, whose cache holds the prompt's first `reused` tokens."""
@@ -103,8 +109,9 @@ class SequenceState:
             self.stats.prefill_s += seconds
             if self.in_prefill:
                 return []
-            self._first_token_time = time.perf_counter()
-            return self._emit([self._pick(-1, argmax, logits, [])], 0)
+            self.first_token_at = time.perf_counter()
+            first = [self._pick(-1, argmax, logits, [])]
+            return self._emit(first, 0, self._logprobs(logits, [-1], first))
         cands = self._cands
         new = self._verify(argmax, logits)
         accepted = accept(cands, new)
@@ -116,9 +123,9 @@ class SequenceState:
         self.spec.feedback(self._source, len(cands), accepted, n_fed, seconds, new[0])
         self.stats.steps += 1
         self.stats.draft_s += self._draft_s
-        chunks = self._emit(new, accepted)
+        chunks = self._emit(new, accepted, self._logprobs(logits, range(len(new)), new))
         now = time.perf_counter()
-        self.stats.decode_s = now - self._first_token_time
+        self.stats.decode_s = now - self.first_token_at
         self.stats.add_step(self._source, n_fed, now - self._planned_at)
         return chunks
 
@@ -139,10 +146,19 @@ class SequenceState:
                 break
         return new
 
-    def _emit(self, new: list[int], accepted: int) -> list[GenerationChunk]:
+    def _logprobs(self, logits, rows, tokens) -> list:
+        """(logprob, top_logprobs) for each token at its row of logits; Nones without logprobs."""
+        if self.logprobs is None:
+            return [(None, None)] * len(tokens)
+        return [
+            token_logprobs(logits[row], tok, self.logprobs)
+            for row, tok in zip(rows, tokens, strict=True)
+        ]
+
+    def _emit(self, new: list[int], accepted: int, logprobs: list) -> list[GenerationChunk]:
         """Emits the verified tokens; the first `accepted` of them were proposals."""
         chunks = []
-        for i, tok in enumerate(new):
+        for i, (tok, (lp, top)) in enumerate(zip(new, logprobs, strict=True)):
             self.tokens.append(tok)
             self.stats.new_tokens += 1
             finish = (
@@ -160,6 +176,8 @@ class SequenceState:
                     stats=self.stats,
                     finish_reason=finish,
                     source=self._source if i < accepted else None,
+                    logprob=lp,
+                    top_logprobs=top,
                 )
             )
             if finish:
@@ -170,3 +188,23 @@ class SequenceState:
     def cancel(self) -> None:
         if not self.done:
             self.finish_reason = "cancelled"
+
+    def fail(self, error: BaseException) -> None:
+        """Ends the sequence because its own step failed (the others in the batch go on)."""
+        self.error = error
+        self.finish_reason = "error"
+
+
+def token_logprobs(row, token: int, k: int) -> tuple[float, list[tuple[int, float]]]:
+    """The log-softmax of one row of logits at `token`, and its k highest entries (id, value),
+    likeliest first. One native pass gives the max, the softmax total and the tokens within CLOSE
+    nats of the max, among which the top k almost always are."""
+    x = row.numpy() if hasattr(row, "numpy") else np.asarray(row, dtype=np.float32)
+    m, total, close = _native.softmax_stats(x, 1.0, CLOSE)
+    log_z = float(m) + math.log(total)
+    top: list[tuple[int, float]] = []
+    if k:
+        pool = close if len(close) >= k else np.arange(len(x))
+        best = pool[np.argsort(-x[pool], kind="stable")[:k]]
+        top = [(int(t), float(x[t]) - log_z) for t in best]
+    return float(x[token]) - log_z, top

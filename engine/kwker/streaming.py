@@ -94,6 +94,10 @@ class GenerationChunk:
     finish_reason: str | None = None  # "eos" or "length" on the last chunk
     # "lookup" or "draft" when the token was a proposal the model verified
     source: str | None = None
+    # with logprobs=K: the token's log-probability under the model (its raw distribution, before
+    # temperature and the other sampling rules), and the K likeliest tokens' (id, log-probability)
+    logprob: float | None = None
+    top_logprobs: list[tuple[int, float]] | None = None
 
 
 class StreamingDetokenizer:

@@ -1,0 +1,174 @@
+"""The OpenAI request bodies `kwker serve` takes, as pydantic models: strict types (true is not a
+number, 1.5 is not an integer, Infinity and NaN are no numbers), OpenAI's ranges, and unknown
+fields refused, as OpenAI refuses them ("Unrecognized request argument"). A parameter the engine
+cannot honour is refused with a 400 naming it, never ignored.
+
+Beyond OpenAI's fields, the sampling extras vLLM and llama.cpp's server take: top_k, min_p,
+repetition_penalty."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+# strict: JSON's true is not 1, and 1.5 is not an integer; Infinity and NaN (which Python's JSON
+# reader accepts) are not finite numbers
+Int = Annotated[int, Field(strict=True)]
+Real = Annotated[float, Field(strict=True, allow_inf_nan=False)]
+Text = Annotated[str, Field(strict=True)]
+Flag = Annotated[bool, Field(strict=True)]
+
+MAX_STOP = 4  # OpenAI's limit on stop sequences
+
+
+class Unsupported(ValueError):
+    """A known OpenAI parameter with a value this server cannot honour (a 400 naming it)."""
+
+    def __init__(self, param: str, message: str):
+        super().__init__(message)
+        self.param = param
+
+
+class StreamOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    include_usage: Flag = False
+
+
+class Sampling(BaseModel):
+    """The fields both endpoints share."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: Text | None = None  # None: the one model this server runs
+    max_tokens: Annotated[int, Field(strict=True, ge=1)] | None = None  # None: up to the context
+    temperature: Annotated[float, Field(strict=True, allow_inf_nan=False, ge=0, le=2)] | None = None
+    top_p: Annotated[float, Field(strict=True, allow_inf_nan=False, gt=0, le=1)] | None = None
+    n: Int = 1
+    stream: Flag = False
+    stream_options: StreamOptions | None = None
+    stop: Text | list[Text] | None = None
+    presence_penalty: Annotated[float, Field(strict=True, allow_inf_nan=False, ge=-2, le=2)] = 0.0
+    frequency_penalty: Annotated[float, Field(strict=True, allow_inf_nan=False, ge=-2, le=2)] = 0.0
+    seed: Annotated[int, Field(strict=True, ge=-(2**63), lt=2**64)] | None = None
+    user: Text | None = None  # the caller's tag for its end user: informational
+    logit_bias: dict[str, Real] | None = None
+    # the extras
+    top_k: Annotated[int, Field(strict=True, ge=0)] | None = None
+    min_p: Annotated[float, Field(strict=True, allow_inf_nan=False, ge=0, le=1)] | None = None
+    repetition_penalty: Annotated[float, Field(strict=True, allow_inf_nan=False, gt=0)] | None = (
+        None
+    )
+
+    @model_validator(mode="after")
+    def _check(self):
+        if self.n != 1:
+            raise Unsupported("n", "n must be 1: this server makes one answer per request")
+        if self.stream_options is not None and not self.stream:
+            raise Unsupported("stream_options", "stream_options is only allowed with stream: true")
+        if self.logit_bias:
+            raise Unsupported("logit_bias", "logit_bias is not supported by this server")
+        stops = self.stop_sequences
+        if len(stops) > MAX_STOP:
+            raise Unsupported("stop", f"stop takes at most {MAX_STOP} sequences, got {len(stops)}")
+        if any(not s for s in stops):
+            raise Unsupported("stop", "a stop sequence must not be empty")
+        return self
+
+    @property
+    def stop_sequences(self) -> list[str]:
+        if self.stop is None:
+            return []
+        return [self.stop] if isinstance(self.stop, str) else list(self.stop)
+
+    @property
+    def include_usage(self) -> bool:
+        return self.stream_options is not None and self.stream_options.include_usage
+
+
+class TextPart(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["text"]
+    text: Text
+
+
+class Message(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    # "developer" is OpenAI's newer name for "system"; no tools here, so no "tool" messages
+    role: Literal["system", "developer", "user", "assistant"]
+    content: Text | list[TextPart] | None = None
+    name: Text | None = None
+
+    def for_template(self) -> dict:
+        """The message as chat templates take it: role and plain text."""
+        content = self.content
+        if isinstance(content, list):
+            content = "".join(part.text for part in content)
+        role = "system" if self.role == "developer" else self.role
+        return {"role": role, "content": content or ""}
+
+
+class ChatRequest(Sampling):
+    messages: Annotated[list[Message], Field(min_length=1)]
+    max_completion_tokens: Annotated[int, Field(strict=True, ge=1)] | None = None
+    logprobs: Flag = False
+    top_logprobs: Annotated[int, Field(strict=True, ge=0, le=20)] | None = None
+    # tools and structured output: named so that their refusal says what it is
+    tools: list | None = None
+    tool_choice: object | None = None
+    functions: list | None = None
+    function_call: object | None = None
+    response_format: dict | None = None
+    parallel_tool_calls: Flag | None = None
+
+    @model_validator(mode="after")
+    def _check_chat(self):
+        for name in ("tools", "tool_choice", "functions", "function_call"):
+            if getattr(self, name):
+                raise Unsupported(name, f"{name} is not supported by this server (no tool calls)")
+        if self.response_format and self.response_format.get("type") != "text":
+            raise Unsupported(
+                "response_format", "only response_format {'type': 'text'} is supported"
+            )
+        if self.top_logprobs is not None and not self.logprobs:
+            raise Unsupported("top_logprobs", "top_logprobs needs logprobs: true")
+        return self
+
+    @property
+    def token_limit(self) -> int | None:
+        return self.max_completion_tokens or self.max_tokens
+
+    @property
+    def logprobs_k(self) -> int | None:
+        """None: no logprobs; else how many alternatives each token reports."""
+        return (self.top_logprobs or 0) if self.logprobs else None
+
+
+class CompletionRequest(Sampling):
+    prompt: (
+        Text
+        | Annotated[list[Int], Field(min_length=1)]
+        | Annotated[list[Text], Field(min_length=1, max_length=1)]
+    )
+    logprobs: Annotated[int, Field(strict=True, ge=0, le=5)] | None = None
+    echo: Flag = False
+    suffix: Text | None = None
+    best_of: Int | None = None
+
+    @model_validator(mode="after")
+    def _check_completion(self):
+        if self.echo:
+            raise Unsupported("echo", "echo is not supported by this server")
+        if self.suffix:
+            raise Unsupported("suffix", "suffix (insertion) is not supported by this server")
+        if self.best_of not in (None, 1):
+            raise Unsupported("best_of", "best_of must be 1: this server makes one answer")
+        return self
+
+    @property
+    def token_limit(self) -> int | None:
+        return self.max_tokens
+
+    @property
+    def logprobs_k(self) -> int | None:
+        return self.logprobs
