@@ -89,13 +89,19 @@ def stats_line(stats: dict) -> str:
     """One quiet line of an answer's statistics: its rate, its speedup and the accepted tokens."""
     parts = []
     if stats.get("tokens_per_s"):
-        parts.append(f"{stats['tokens_per_s']:.0f} tokens/s")
+        # a server that reports no figures: the rate this app saw, said so
+        here = " measured here" if stats.get("measured") == "client" else ""
+        parts.append(f"{stats['tokens_per_s']:.0f} tokens/s{here}")
     if stats.get("speedup"):
         parts.append(f"{stats['speedup']:.2f}× plain decoding")
     for source, accepted in stats.get("accepted", {}).items():
         proposed = stats.get("proposed", {}).get(source, 0)
         if proposed:
-            parts.append(f"{accepted} of {proposed} proposed tokens from {SOURCE_NAMES[source]}")
+            parts.append(
+                f"{accepted} of {proposed} proposed tokens from {SOURCE_NAMES.get(source, source)}"
+            )
+    if stats.get("error"):  # why the answer ended early (a cut stream, a failure)
+        parts.append(stats["error"])
     return " · ".join(parts)
 
 

@@ -32,6 +32,11 @@ DEFAULTS = {
     "system_prompt": "",
     "theme": "system",
     "tint_speculation": False,
+    # "": the model runs here; else the address of the OpenAI-compatible server whose model
+    # server_model answers (its API key is kept apart from the settings: kwker.app.keys)
+    "server_url": "",
+    "server_model": "",
+    "servers": [],  # the addresses of the servers added in the model picker, the latest first
 }
 
 # What a conversation may set for itself (the rest belongs to the app: the loaded model and how it runs).
@@ -49,7 +54,9 @@ PER_CONVERSATION = (
 )
 
 # Changing these reloads the model.
-LOAD_KEYS = ("model", "precision", "draft_model", "context_length", "threads")
+LOAD_KEYS = (
+    "model", "precision", "draft_model", "context_length", "threads", "server_url", "server_model",
+)  # fmt: skip
 
 
 def load_options(s: dict) -> dict:
@@ -72,3 +79,14 @@ def generation_options(s: dict) -> dict:
     if s["repetition_penalty"] != 1.0:
         opts["repetition_penalty"] = float(s["repetition_penalty"])
     return opts
+
+
+def remote_sampling(s: dict) -> dict:
+    """The OpenAI API's sampling parameters for settings s (kwker.remote.RemoteModel.stream_chat):
+    it has no top-k, min-p or repetition penalty (the settings panel hides them for a server)."""
+    temperature = float(s["temperature"])
+    return {
+        "temperature": temperature,
+        "top_p": float(s["top_p"]) if temperature > 0 and 0 < s["top_p"] < 1 else None,
+        "seed": int(s["seed"]) if temperature > 0 and int(s["seed"]) >= 0 else None,
+    }

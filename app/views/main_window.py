@@ -269,10 +269,16 @@ class MainWindow(QMainWindow):
             self.stop()
             self._load_model()
 
+    def _model_name(self) -> str:
+        """The chosen model as the status bar names it: a local one, or one on a server."""
+        if self.settings["server_url"]:
+            return f"{self.settings['server_model']} on {self.settings['server_url']}"
+        return self.settings["model"]
+
     def _load_model(self):
         self.model_info = None
         self._set_busy(True)
-        self.status.setText(f"Loading {self.settings['model']}…")
+        self.status.setText(f"Loading {self._model_name()}…")
         self.request_load.emit(load_options(self.settings))
 
     def _set_busy(self, busy: bool):
@@ -286,18 +292,24 @@ class MainWindow(QMainWindow):
         self.model_info = info
         self._set_busy(False)
         self.stats.set_model(info)
-        self.status.setText(
-            f"Ready: {info['model']} ({info['precision']}, {info['context_length']} tokens of "
-            "context)"
-        )
+        if info["server"]:
+            self.status.setText(f"Ready: {info['model']} on {info['server']}")
+        else:
+            self.status.setText(
+                f"Ready: {info['model']} ({info['precision']}, {info['context_length']} tokens of "
+                "context)"
+            )
         self.settings_panel.set_draft_choices(self._draft_candidates())
         self.input.setFocus()  # ready: the next keystrokes are the user's message
 
     def _on_load_failed(self, msg: str):
         self._set_busy(False)
         self.send_button.setEnabled(False)
-        self.status.setText(f"Could not load the model: {msg}")
-        self.tabs.setCurrentWidget(self.settings_panel)
+        if self.settings["server_url"]:  # the picker's Servers tab connects again
+            self.status.setText(f"Could not use {self._model_name()}: {msg}")
+        else:
+            self.status.setText(f"Could not load the model: {msg}")
+            self.tabs.setCurrentWidget(self.settings_panel)
 
     def open_models(self):
         """The model picker; choosing a model or a draft reloads with it."""
@@ -306,13 +318,29 @@ class MainWindow(QMainWindow):
         self.picker = ModelPicker(
             self.settings["model"], self,
             precision=self.settings["precision"], context=int(self.settings["context_length"]),
+            servers=self.settings["servers"],
+            server=(self.settings["server_url"], self.settings["server_model"]),
         )  # fmt: skip
         self.picker.model_chosen.connect(
-            lambda repo: self._switch_model(model=repo, draft_model="")
+            lambda repo: self._switch_model(model=repo, draft_model="", server_url="")
         )
         self.picker.draft_chosen.connect(lambda repo: self._switch_model(draft_model=repo))
+        self.picker.server_chosen.connect(self._use_server)
+        self.picker.server_forgotten.connect(self._forget_server)
         self.picker.show()
         return self.picker
+
+    def _use_server(self, url: str, model: str):
+        """Chats with `model` on the server at `url` (listed first among the servers)."""
+        servers = [url, *(s for s in self.settings["servers"] if s != url)]
+        self._switch_model(server_url=url, server_model=model, draft_model="", servers=servers)
+
+    def _forget_server(self, url: str):
+        """Drops a server from the list (its key is already forgotten); a chat on it goes local."""
+        changes: dict = {"servers": [s for s in self.settings["servers"] if s != url]}
+        if self.settings["server_url"] == url:
+            changes.update(server_url="", server_model="")
+        self._switch_model(**changes)
 
     def open_about(self):
         from kwker.app.views.about import AboutDialog
@@ -329,7 +357,7 @@ class MainWindow(QMainWindow):
         """Models we know share the loaded model's tokenizer (same family of the catalog)."""
         from kwker.models.catalog import same_tokenizer
 
-        return same_tokenizer(self.settings["model"])
+        return [] if self.settings["server_url"] else same_tokenizer(self.settings["model"])
 
     # ------------------------------------------------------------------------------------------ conversations
     def open_conversation(self, cid: int):
@@ -457,6 +485,9 @@ class MainWindow(QMainWindow):
         self._dirty = True
 
     def _on_finished(self, reason: str, stats: dict):
+        if reason == "cut" and not self.stream_text:  # cut before a word arrived: nothing to keep
+            self._on_failed(stats["error"])
+            return
         self.store.update_message(
             self.stream_mid,
             self.stream_text,
@@ -464,6 +495,8 @@ class MainWindow(QMainWindow):
             complete=True,
         )
         self._end_answer(reason, stats)
+        if reason == "cut":
+            self.status.setText(f"{stats['error']} The text that arrived is kept.")
 
     def _on_failed(self, msg: str):
         if self.stream_mid is not None and not self.stream_text:
@@ -517,6 +550,10 @@ class MainWindow(QMainWindow):
             note = "" if m.complete else "(interrupted)"
             if m.stats.get("finish_reason") == "stopped":
                 note = "(stopped)"
+            elif m.stats.get("finish_reason") == "cut":
+                note = "(cut midway)"
+            elif m.stats.get("error"):
+                note = "(ended by an error)"
             parts.append(
                 message_html(
                     i, m.role, self._message_body(m, blocks), editable=m.role == "user",
@@ -626,4 +663,4 @@ class MainWindow(QMainWindow):
         except Exception as e:  # noqa: BLE001  (any failure is said in the window, nothing changes)
             self.status.setText(f"Cannot import {path}: {describe_error(e)}")
             return
-        self._switch_model(model=entry["path"], draft_model="")
+        self._switch_model(model=entry["path"], draft_model="", server_url="")

@@ -1,7 +1,8 @@
 """The model picker: the catalog, models already on disk (downloaded or imported) and Hub search
 results, with size, license, family, the memory each needs at the chosen precision and context and
 whether that fits this machine's free memory; download with progress and cancel, delete, import a
-.gguf file or a model folder, and choose the chat model or its draft (same tokenizer only).
+.gguf file or a model folder, and choose the chat model or its draft (same tokenizer only). Its
+Servers tab chooses a model on an OpenAI-compatible server instead (views/server_panel.py).
 
 Threading: the catalog is a resource read on the GUI thread. Everything that touches the disk or
 the network -- the Hugging Face cache scan, the imported-models list, reading a model's files or a
@@ -30,9 +31,12 @@ from PySide6.QtWidgets import (
     QProgressBar,
     QPushButton,
     QTableView,
+    QTabWidget,
     QVBoxLayout,
+    QWidget,
 )
 
+from kwker.app.views.server_panel import ServerPanel
 from kwker.loading import memory
 from kwker.models import catalog as cat
 from kwker.models import hub, imported
@@ -45,6 +49,7 @@ from kwker.precision import (
     label,
     weight_bytes,
 )
+from kwker.remote import RemoteError
 
 COLUMNS = ["Model", "Family", "Parameters", "Download", "License", "Memory", "Fit", "Status"]
 MEMORY, FIT = COLUMNS.index("Memory"), COLUMNS.index("Fit")
@@ -61,7 +66,7 @@ def _params(n: float) -> str:
 def describe_error(e: BaseException) -> str:
     """A failure as the user reads it: kwker's own errors and the OS's say what happened; anything
     else (a bug) is named by its type, so the message is never empty or cryptic."""
-    if isinstance(e, (hub.DownloadError, ValueError, OSError)) and str(e):
+    if isinstance(e, (hub.DownloadError, RemoteError, ValueError, OSError)) and str(e):
         return str(e)
     return f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
 
@@ -291,14 +296,17 @@ class DownloadWorker(QObject):
 class ModelPicker(QDialog):
     model_chosen = Signal(str)
     draft_chosen = Signal(str)
+    server_chosen = Signal(str, str)  # a server's address, the model on it
+    server_forgotten = Signal(str)  # a server's address
     request_download = Signal(str)
     request_task = Signal(int, object)
 
     def __init__(self, current_model: str, parent=None, precision: str | None = "int4",
-                 context: int = 2048, confirm=None):  # fmt: skip
+                 context: int = 2048, confirm=None, servers=(), server=("", "")):  # fmt: skip
         """precision and context: the settings', which the Memory and Fit columns use. confirm:
         called with the won't-fit explanation when such a model is chosen, True to load it
-        anyway (default: a question box, `ask_load_anyway`)."""
+        anyway (default: a question box, `ask_load_anyway`). servers: the addresses of the
+        servers added before; server: the (address, model) chatted with, if any."""
         super().__init__(parent)
         self.setWindowTitle("Models")
         self.resize(1080, 560)
@@ -368,12 +376,16 @@ class ModelPicker(QDialog):
         for b in (self.download_button, self.cancel_button, use, draft, self.delete_button,
                   import_gguf, import_folder):  # fmt: skip
             buttons.addWidget(b)
-        layout = QVBoxLayout(self)
+        local = QWidget()
+        layout = QVBoxLayout(local)
         layout.addLayout(top)
         layout.addWidget(self.table, 1)
         layout.addWidget(self.progress)
         layout.addWidget(self.status)
         layout.addLayout(buttons)
+        self.tabs = QTabWidget()
+        self.tabs.addTab(local, "On this computer")
+        QVBoxLayout(self).addWidget(self.tabs)
 
         self.thread_ = QThread(self)
         self.worker = DownloadWorker()
@@ -398,6 +410,13 @@ class ModelPicker(QDialog):
         self._search_generation = 0
         self.scanning = False
         self.scan()
+
+        self.servers = ServerPanel(self.submit, servers, server)
+        self.servers.chosen.connect(self.server_chosen)
+        self.servers.forgotten.connect(self.server_forgotten)
+        self.tabs.addTab(self.servers, "Servers")
+        if server[0]:
+            self.tabs.setCurrentWidget(self.servers)
 
     # ---- background calls
     def submit(self, call, on_done, on_fail) -> int:

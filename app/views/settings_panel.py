@@ -1,5 +1,7 @@
 """The settings panel: model and how it runs (app-wide), and how it answers (app defaults, or this conversation's
-own values when 'This conversation only' is ticked). Emits the new values; the window saves them."""
+own values when 'This conversation only' is ticked). Emits the new values; the window saves them.
+For a model on a server, what only a local decoder has (precision, draft, context, threads, prompt
+lookup, top-k, min-p, repetition penalty) is hidden: the server applies its own."""
 
 from __future__ import annotations
 
@@ -62,6 +64,10 @@ class SettingsPanel(QWidget):
         self.model = QLineEdit()
         self.model.setAccessibleName("model")
         self.model.setToolTip("A hub id, a local folder or a .gguf file")
+        self.server = QLabel("")
+        self.server.setWordWrap(True)
+        self.server.setAccessibleName("server")
+        self.server.setToolTip("Models… → Servers chooses another, or a model on this computer")
         self.precision = QButtonGroup(self)
         precision_box = QWidget()
         precision_box.setAccessibleName("precision")
@@ -117,6 +123,7 @@ class SettingsPanel(QWidget):
 
         run = QGroupBox("Model")
         f = QFormLayout(run)
+        f.addRow("Server", self.server)
         f.addRow("Model", self.model)
         f.addRow("Precision", precision_box)
         f.addRow("Draft model", self.draft_model)
@@ -137,6 +144,14 @@ class SettingsPanel(QWidget):
         g.addRow("Max new tokens", self.max_new_tokens)
         g.addRow("System prompt", self.system_prompt)
         g.addRow(self.conversation_only)
+        self.forms = (f, g)
+        # the rows a server's model hides: it applies its own precision, context and speculation,
+        # and the OpenAI API has no top-k, min-p or repetition penalty
+        self._local_rows = (
+            self.model, precision_box, self.draft_model, self.context_length,
+            self.context_overflow, self.threads, self.tint, self.lookup_tokens, self.top_k,
+            self.min_p, self.repetition_penalty,
+        )  # fmt: skip
         layout = QVBoxLayout(self)
         layout.addWidget(run)
         layout.addWidget(answer)
@@ -148,6 +163,7 @@ class SettingsPanel(QWidget):
         )
         self.reset_button.clicked.connect(self._use_defaults)
         self._app_values = dict(DEFAULTS)
+        self.show_remote("", "")
 
     def _use_defaults(self):
         self.conversation_only.setChecked(False)
@@ -161,9 +177,19 @@ class SettingsPanel(QWidget):
         self.draft_model.addItems(names)
         self.draft_model.setCurrentText(current)
 
+    def show_remote(self, server: str, model: str) -> None:
+        """Shows the rows a model on `server` uses ("": a local model, all of them)."""
+        self.server.setText(f"{model} on {server}" if server else "")
+        for field in (self.server, *self._local_rows):
+            local_row = field is not self.server
+            for form in self.forms:
+                if form.indexOf(field) >= 0:
+                    form.setRowVisible(field, local_row != bool(server))
+
     def show_values(self, app_values: dict, overrides: dict) -> None:
         self._app_values = dict(app_values)
         v = {**app_values, **overrides}
+        self.show_remote(v["server_url"], v["server_model"])
         self.model.setText(v["model"])
         for button in self.precision.buttons():
             button.setChecked(button.property("precision") == v["precision"])

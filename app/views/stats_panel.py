@@ -1,6 +1,7 @@
 """Live statistics: tokens/s while streaming, prefill, the speedup over plain decoding (measured in the same
 answer: see GenerationStats.speedup), accepted tokens by source, and a small chart of tokens/s over the
-answer."""
+answer. A Kwker server reports the same figures; any other server's are measured here (the time to
+the first token and the rate of the streamed tokens), said so, and have no speedup."""
 
 from __future__ import annotations
 
@@ -16,6 +17,9 @@ SPEEDUP_TIP = (
     "typical time of its steps against that of its own plain one-token steps, both measured "
     "while it was written (1.00× when speculation proposed nothing)."
 )
+SERVER_FIGURES = "reported by the server (Kwker)"
+CLIENT_FIGURES = "measured by this app from the streamed tokens: this server reports no figures"
+NO_SPEEDUP_TIP = "This server does not report how its tokens were decoded: no speedup to show."
 
 
 class RateChart(QWidget):
@@ -75,6 +79,9 @@ class StatsPanel(QWidget):
         self.reference.setAccessibleName("plain decoding reference")
         self.model = QLabel("–")
         self.model.setWordWrap(True)
+        self.measured = QLabel("–")
+        self.measured.setWordWrap(True)
+        self.measured.setAccessibleName("who measured these figures")
         self.chart = RateChart()
         form = QFormLayout()
         form.addRow("Generation", self.rate)
@@ -85,6 +92,9 @@ class StatsPanel(QWidget):
         form.addRow("Lookup accepted", self.lookup)
         form.addRow("Draft accepted", self.draft)
         form.addRow("Model", self.model)
+        form.addRow("Figures", self.measured)
+        form.setRowVisible(self.measured, False)  # shown for a server's model
+        self.form = form
         layout = QVBoxLayout(self)
         layout.addLayout(form)
         layout.addWidget(self.chart)
@@ -94,10 +104,18 @@ class StatsPanel(QWidget):
     def set_model(self, info: dict) -> None:
         self.reference.setText("–")
         self.speedup.setText("–")
-        draft = f", draft {info['draft']}" if info.get("draft") else ""
-        self.model.setText(
-            f"{info['model']} · {info['precision']} · {info['isa']} · {info['threads']} threads{draft}"
-        )
+        self.speedup.setToolTip(SPEEDUP_TIP)
+        server = info.get("server")
+        if server:
+            self.model.setText(f"{info['model']} · on {server}")
+            self.measured.setText("–")
+        else:
+            draft = f", draft {info['draft']}" if info.get("draft") else ""
+            self.model.setText(
+                f"{info['model']} · {info['precision']} · {info['isa']} · {info['threads']} "
+                f"threads{draft}"
+            )
+        self.form.setRowVisible(self.measured, bool(server))
 
     def start(self) -> None:
         self.samples = []
@@ -105,6 +123,11 @@ class StatsPanel(QWidget):
 
     def update_stats(self, s: dict, final: bool = False) -> None:
         """s: a generation's statistics so far (final: the finished answer's)."""
+        if s.get("measured") == "client":
+            self._client_figures(s)
+            return
+        if s.get("measured") == "server":
+            self.measured.setText(SERVER_FIGURES)
         rate = s.get("tokens_per_s", 0.0)
         if s.get("new_tokens", 0) > 1:
             self.samples.append(rate)
@@ -130,3 +153,23 @@ class StatsPanel(QWidget):
         for label, src in ((self.lookup, "lookup"), (self.draft, "draft")):
             prop, acc = s.get("proposed", {}).get(src, 0), s.get("accepted", {}).get(src, 0)
             label.setText(f"{acc} of {prop} ({acc / prop:.0%})" if prop else "–")
+
+    def _client_figures(self, s: dict) -> None:
+        """A server that reports nothing: what this app saw of its stream, and no speedup."""
+        rate = s.get("tokens_per_s", 0.0)
+        if s.get("new_tokens", 0) > 1:
+            self.samples.append(rate)
+            self.chart.set_samples(self.samples)
+        self.rate.setText(f"{rate:.1f} tokens/s")
+        self.speedup.setText("–")
+        self.speedup.setToolTip(NO_SPEEDUP_TIP)
+        self.reference.setText("–")
+        self.prefill.setText(
+            f"first token after {s.get('ttft_s', 0) * 1000:.0f} ms (the network, the server's "
+            "queue and its prompt time)"
+        )
+        self.per_step.setText("–")
+        self.lookup.setText("–")
+        self.draft.setText("–")
+        counted = "the server's token count" if s.get("counted") == "usage" else "streamed pieces"
+        self.measured.setText(f"{CLIENT_FIGURES} ({s.get('new_tokens', 0)} tokens: {counted})")

@@ -1,0 +1,201 @@
+"""What the window chats with, behind the one interface the worker drives: a LocalBackend (a
+KwkDecoder on this machine, and its draft) or a RemoteBackend (a model on an OpenAI-compatible
+server: `kwker serve`, vLLM, SGLang, llama.cpp's server, Ollama's /v1).
+
+    backend = backend_for(opts).load(opts, progress)   # raises with the reason it cannot be used
+    backend.info                                       # what the window shows about it
+    answer = backend.answer(messages, settings, start)
+    answer.start                                       # the first message the model sees
+    for piece in answer: ...                           # .text .token .source .stats .finish_reason
+    answer.close()                                     # ends it early (Stop)
+    answer.stats()                                     # its figures so far (a dict)
+
+A piece's stats is a dict only when fresh figures came with it (None otherwise): the local ones
+cost a few medians, and the window draws at most every 33 ms. Figures are GenerationStats.summary()'s
+keys plus elapsed_s; a remote answer's also say who measured them (measured: "server" for a Kwker
+server, which reports the same keys, "client" for any other, see kwker.remote)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from kwker.app import keys
+from kwker.app.context_window import fit_prompt
+from kwker.app.settings import generation_options, remote_sampling
+from kwker.remote import AUTH, NOT_FOUND, RemoteError, RemoteModel, list_models, normalize_url
+
+STATS_EVERY_S = 0.05  # local pieces carry fresh statistics at most this often (the window draws
+# at most every 33 ms; the speedup's medians cost more than a token's other work)
+
+
+@dataclass
+class Piece:
+    text: str
+    token: int  # -1 from a server, which sends text
+    source: str  # "" / "lookup" / "draft"
+    stats: dict | None  # fresh figures, or None
+    finish_reason: str | None = None  # on the last piece
+
+
+def backend_for(opts: dict):
+    """The backend class for load options: a server when one is set, else this machine."""
+    return RemoteBackend if opts.get("server_url") else LocalBackend
+
+
+# ------------------------------------------------------------------------------------------ local
+class LocalBackend:
+    remote = False
+
+    def __init__(self, decoder, draft, info: dict):
+        self.decoder, self.draft, self.tokenizer, self.info = (
+            decoder,
+            draft,
+            decoder.tokenizer,
+            info,
+        )
+        self.last_prompt: list[int] = []  # the token ids of the latest answer's prompt
+
+    @classmethod
+    def load(cls, opts: dict, progress) -> LocalBackend:
+        from kwker.models.loader import load_decoder
+        from kwker.precision import DRAFT, canonical
+
+        precision = canonical(opts["precision"])  # None: the model's own
+        threads = opts["threads"] or None
+        decoder = load_decoder(
+            opts["model"], progress=progress, max_cache_len=int(opts["context_length"]),
+            precision=precision, threads=threads,
+        )  # fmt: skip
+        draft = None
+        if opts.get("draft_model"):
+            progress(f"loading draft {opts['draft_model']}")
+            draft = load_decoder(
+                opts["draft_model"], progress=progress, max_cache_len=int(opts["context_length"]),
+                precision=DRAFT, threads=threads,
+            )  # fmt: skip
+            decoder.check_draft(draft)
+        info = {
+            "model": opts["model"],
+            "server": "",
+            "precision": decoder.precision,
+            "isa": decoder.isa,
+            "threads": decoder.threads,
+            "context_length": decoder.max_cache_len,
+            "draft": opts.get("draft_model") or "",
+            "chat_template": bool(getattr(decoder.tokenizer, "chat_template", None)),
+        }
+        return cls(decoder, draft, info)
+
+    def _prompt_ids(self, messages: list[dict]) -> list[int]:
+        if getattr(self.tokenizer, "chat_template", None):
+            return list(
+                self.tokenizer.apply_chat_template(
+                    messages, add_generation_prompt=True, tokenize=True, return_dict=True
+                )["input_ids"]
+            )
+        text = "\n\n".join(m["content"] for m in messages) + "\n\n"
+        return self.tokenizer(text)["input_ids"]
+
+    def answer(self, messages: list[dict], settings: dict, start: int) -> LocalAnswer:
+        """Answers messages from the rolling window's start so far (kwker.app.context_window)."""
+        max_new = int(settings["max_new_tokens"])
+        prompt = fit_prompt(
+            self._prompt_ids, settings.get("system_prompt", "").strip(), messages, start,
+            self.decoder.max_cache_len, max_new, settings["context_overflow"],
+        )  # fmt: skip
+        self.last_prompt = prompt.ids
+        opts = generation_options(settings)
+        if self.draft is not None:
+            opts["draft"] = self.draft
+        stream = self.decoder.stream_generate(
+            prompt.ids, min(max_new, prompt.room), tokenizer=self.tokenizer, **opts
+        )
+        return LocalAnswer(prompt.start, stream)
+
+
+class LocalAnswer:
+    def __init__(self, start: int, stream):
+        self.start, self._stream = start, stream
+        self._t0 = time.perf_counter()
+        self._last = None  # the latest GenerationStats
+
+    def __iter__(self):
+        sent = self._t0
+        for c in self._stream:
+            self._last, now = c.stats, time.perf_counter()
+            fresh = now - sent >= STATS_EVERY_S
+            if fresh:
+                sent = now
+            yield Piece(
+                c.text, c.token, c.source or "", self.stats() if fresh else None, c.finish_reason
+            )
+
+    def close(self) -> None:
+        self._stream.close()  # stops the native loop
+
+    def stats(self) -> dict:
+        if self._last is None:
+            return {}
+        return self._last.summary() | {"elapsed_s": time.perf_counter() - self._t0}
+
+
+# ----------------------------------------------------------------------------------------- remote
+class RemoteBackend:
+    """A model on a server. The server applies its own precision, context and speculation: the
+    whole conversation is sent (the rolling window is a local decoder's), and a prompt longer than
+    the server's context comes back as its refusal, said in the window."""
+
+    remote = True
+
+    def __init__(self, model, info: dict):
+        self.model, self.info = model, info
+
+    @classmethod
+    def load(cls, opts: dict, progress) -> RemoteBackend:
+        url, name = normalize_url(opts["server_url"]), opts["server_model"]
+        progress(f"connecting to {url}")
+        key = keys.load_key(url)
+        # the server's list: whether it is there, takes the key, and still has the model
+        try:
+            offered = list_models(url, key)
+        except RemoteError as e:
+            if e.kind == AUTH:  # where to give it one
+                raise RemoteError(AUTH, f"{e} Models… → Servers takes a new key.") from e
+            raise
+        if name not in offered:
+            raise RemoteError(
+                NOT_FOUND,
+                f"The server at {url} has no model “{name}”; it offers "
+                f"{', '.join(offered) or 'none'}.",
+            )
+        info = {"model": name, "server": url, "draft": "", "chat_template": True}
+        return cls(RemoteModel(url, name, key), info)
+
+    def answer(self, messages: list[dict], settings: dict, start: int) -> RemoteAnswer:
+        system = settings.get("system_prompt", "").strip()
+        chat = ([{"role": "system", "content": system}] if system else []) + list(messages)
+        chunks = self.model.stream_chat(
+            chat, max_tokens=int(settings["max_new_tokens"]), **remote_sampling(settings)
+        )
+        return RemoteAnswer(chunks)
+
+
+class RemoteAnswer:
+    start = 0  # the server sees the whole conversation
+
+    def __init__(self, chunks):
+        self._chunks = chunks  # kwker.remote.RemoteChunk: the same fields as a Piece
+        self._last: dict = {}
+
+    def __iter__(self):
+        for c in self._chunks:
+            if c.stats:
+                self._last = c.stats
+            yield c
+
+    def close(self) -> None:
+        self._chunks.close()  # closes the HTTP response: the server stops generating
+
+    def stats(self) -> dict:
+        return self._last
