@@ -16,6 +16,8 @@ def _progress(msg: str) -> None:
 
 
 def cmd_generate(args) -> int:
+    if args.server:
+        return generate_remote(args)
     from kwker.models.loader import load_decoder
     from kwker.sampling import SeededGenerator
 
@@ -64,6 +66,67 @@ def cmd_generate(args) -> int:
             file=sys.stderr,
         )
     return 0
+
+
+def _api_key(path: str | None) -> str | None:
+    """The key from --api-key-file (its first line), else KWKER_API_KEY, else none."""
+    if path:
+        with open(path, encoding="utf-8") as f:
+            return f.readline().strip() or None
+    return os.environ.get("KWKER_API_KEY") or None
+
+
+def generate_remote(args) -> int:
+    """Streams the answer of a model on an OpenAI-compatible server (--server) to stdout."""
+    from kwker.remote import RemoteModel, list_models, normalize_url
+
+    if len(args.args) > 1:
+        raise SystemExit(
+            'usage: kwker generate --server URL [--model NAME] "prompt" (the server has the models)'
+        )
+    if args.chat is False:
+        raise SystemExit(
+            "kwker: --no-chat needs a local model; a server is asked through its chat API"
+        )
+    url, key = normalize_url(args.server), _api_key(args.api_key_file)
+    model = args.model
+    if model is None:  # the server's first model (a Kwker server, like most, has one)
+        offered = list_models(url, key)
+        if not offered:
+            raise SystemExit(f"kwker: the server at {url} offers no model")
+        model = offered[0]
+    sampling = {"temperature": args.temperature, "top_p": args.top_p, "seed": args.seed}
+    remote = RemoteModel(url, model, key)
+    stream = remote.stream_chat(
+        [{"role": "user", "content": args.args[0] if args.args else DEFAULT_PROMPT}],
+        max_tokens=args.max_new_tokens, **sampling,
+    )  # fmt: skip
+    stats: dict = {}
+    try:
+        for chunk in stream:
+            sys.stdout.write(chunk.text)
+            sys.stdout.flush()
+            stats = chunk.stats or stats
+    except KeyboardInterrupt:  # Ctrl+C: the stream is closed, so the server stops generating
+        stream.close()
+        sys.stdout.write("\n")
+        return 130
+    sys.stdout.write("\n")
+    _progress(_remote_stats_line(model, url, stats))
+    return 0
+
+
+def _remote_stats_line(model: str, url: str, s: dict) -> str:
+    if s.get("measured") == "server":  # a Kwker server's own figures
+        speedup = f", {s['speedup']:.2f}x plain decoding" if s.get("speedup") else ""
+        return (
+            f"{s['new_tokens']} tokens, {s['tokens_per_s']:.1f} tokens/s{speedup}; prompt "
+            f"{s['prompt_tokens']} tokens in {s['prefill_s']:.2f} s ({model} on {url})"
+        )
+    return (
+        f"{s.get('new_tokens', 0)} tokens, {s.get('tokens_per_s', 0):.1f} tokens/s measured here; "
+        f"first token after {s.get('ttft_s', 0):.2f} s ({model} on {url}, which reports no figures)"
+    )
 
 
 def cmd_bench(args) -> int:
@@ -148,7 +211,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True)
 
-    g = sub.add_parser("generate", help="stream text from a model (default: SmolLM2-135M-Instruct)")
+    g = sub.add_parser(
+        "generate",
+        help="stream text from a model (default: SmolLM2-135M-Instruct), or from a server's model",
+    )
     g.add_argument(
         "args",
         nargs="*",
@@ -178,6 +244,21 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--top-k", type=int, default=None)
     g.add_argument("--threads", type=int, default=None)
     g.add_argument("--max-cache-len", type=int, default=None)
+    g.add_argument(
+        "--server",
+        default=None,
+        metavar="URL",
+        help="ask the model of this OpenAI-compatible server instead (kwker serve, vLLM, "
+        "llama.cpp's server, ...), e.g. http://host:8000/v1",
+    )
+    g.add_argument(
+        "--api-key-file",
+        default=None,
+        help="--server: the server's API key, read from this file (or set KWKER_API_KEY)",
+    )
+    g.add_argument(
+        "--model", default=None, help="--server: which of its models (default: its first)"
+    )
     g.set_defaults(func=cmd_generate)
 
     b = sub.add_parser(
