@@ -136,17 +136,21 @@ def cmd_bench(args) -> int:
 
 
 def cmd_serve(args) -> int:
-    from kwker.serve import run_server
+    from kwker.serve import api_key_from, run_server
 
     run_server(
         args.model,
         args.host,
         args.port,
-        args.api_key or os.environ.get("KWKER_API_KEY"),
+        api_key_from(args.api_key_file, args.api_key),
         args.precision,
         args.max_batch,
         args.max_cache_len,
         args.threads,
+        allowed_origins=tuple(args.allow_origin),
+        allowed_hosts=tuple(args.allowed_host),
+        max_body=args.max_body_bytes,
+        max_queue=args.max_queue,
     )
     return 0
 
@@ -310,8 +314,34 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--host", default="127.0.0.1")
     s.add_argument("--port", type=int, default=8000)
     s.add_argument(
-        "--api-key", default=None, help="require 'Authorization: Bearer KEY' (or set KWKER_API_KEY)"
+        "--api-key-file",
+        default=None,
+        help="require 'Authorization: Bearer KEY' on every route, KEY read from this file "
+        "(or set KWKER_API_KEY)",
     )
+    s.add_argument(
+        "--api-key", default=None, help="the key itself (visible in `ps`: prefer --api-key-file)"
+    )
+    s.add_argument(
+        "--allow-origin",
+        action="append",
+        default=[],
+        metavar="ORIGIN",
+        help="serve requests from web pages of this origin, e.g. https://chat.example.com "
+        "(repeatable; none by default)",
+    )
+    s.add_argument(
+        "--allowed-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a Host name to answer to besides localhost (repeatable; bound to loopback, others "
+        "are refused against DNS rebinding)",
+    )
+    s.add_argument(
+        "--max-body-bytes", type=int, default=None, help="largest request body (default 4 MiB)"
+    )
+    s.add_argument("--max-queue", type=int, default=64, help="requests waiting before 429")
     s.add_argument("--precision", choices=NAMES, default=None)
     s.add_argument("--max-batch", type=int, default=8)
     s.add_argument("--max-cache-len", type=int, default=2048)
