@@ -110,7 +110,7 @@ def kwker_serve(tmp: Path, key: str = "kwker-test-key-5b1f"):
     """`kwker serve` on the default model (SmolLM2-135M-Instruct, offline), one thread."""
     port = free_port()
     cmd = [sys.executable, "-m", "kwker.cli", "serve", "--host", "127.0.0.1", "--port", str(port)]
-    cmd += ["--threads", "1", "--max-cache-len", "1024"]
+    cmd += ["--threads", "1", "--max-cache-len", "2048"]
     help_text = subprocess.run(
         [sys.executable, "-m", "kwker.cli", "serve", "--help"], capture_output=True, text=True
     ).stdout
@@ -135,7 +135,7 @@ def llama_cpp_server(tmp: Path, key: str = "llama-test-key-77c2"):
     """llama-cpp-python's OpenAI-compatible server on the SmolLM2 GGUF, one thread."""
     port = free_port()
     cmd = [sys.executable, "-m", "llama_cpp.server", "--model", str(smollm2_gguf())]
-    cmd += ["--host", "127.0.0.1", "--port", str(port), "--n_threads", "1", "--n_ctx", "1024"]
+    cmd += ["--host", "127.0.0.1", "--port", str(port), "--n_threads", "1", "--n_ctx", "2048"]
     cmd += ["--model_alias", "smollm2", "--api_key", key, "--verbose", "false"]
     with _started("llama.cpp", cmd, tmp, key, port) as server:
         yield server

@@ -320,7 +320,10 @@ def test_stop_closes_the_stream_and_the_server_stops_generating(qtbot, data, ser
     assert win.model_info is not None, win.status.text()
     before = server.metrics()
     win.send(LONG_PROMPT)
-    qtbot.waitUntil(lambda: len(win.stream_text) > 40, timeout=ANSWER_TIMEOUT_MS)
+    qtbot.waitUntil(
+        lambda: len(win.stream_text) > 40 or not win.generating, timeout=ANSWER_TIMEOUT_MS
+    )
+    assert win.generating, win.status.text()
     win.send_button.click()  # Stop
     qtbot.waitUntil(lambda: not win.generating, timeout=10_000)
     msg = win.messages[-1]
