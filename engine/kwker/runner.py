@@ -284,6 +284,45 @@ class Runner:
                 argmax.extend(got.argmax)
         return Rows(argmax, out)
 
+    def propose_greedy(
+        self, slot: int, start: int, tokens: Sequence[int], k: int, subset: bool = False
+    ) -> list[int]:
+        """A greedy proposal of k tokens after `tokens` (fed at positions start.., right after the
+        slot's record): ONE native call where the step has one (Model.propose: the k steps and
+        their argmaxes without a round trip through Python), else k steps. With subset, argmaxes
+        over the head rows set_head_subset chose. The record gains the tokens and the first k - 1
+        proposed ones (the last is not run)."""
+        propose = getattr(self._step, "propose", None)
+        if propose is None or len(tokens) > self.max_step_tokens:
+            if subset:
+                raise ValueError("this step has no head subset")
+            out: list[int] = []
+            feed, at = list(tokens), start
+            while len(out) < k:
+                out.append(self.extend_slot(slot, at, feed, logits=False).argmax[-1])
+                feed, at = out[-1:], at + len(feed)
+            return out
+        self._check_feed(Feed(slot, start, tokens, "last"), set())
+        if start + len(tokens) + k - 1 > self.max_cache_len:
+            raise ValueError(
+                f"{start} + {len(tokens)} + {k - 1} tokens exceed max_cache_len {self.max_cache_len}"
+            )
+        with self.lock:
+            out = propose(np.asarray(tokens, np.int32), slot, start, k, subset).tolist()
+            self._records[slot].extend(tokens)
+            self._records[slot].extend(out[:-1])
+        return out
+
+    @property
+    def head_subset_size(self) -> int:
+        """Rows of the head subset proposals can use (0: none set, or a step without one)."""
+        return getattr(self._step, "head_subset_size", 0)
+
+    def set_head_subset(self, ids: Sequence[int]) -> None:
+        """The vocabulary rows (distinct ids) a subset proposal reads."""
+        with self.lock:
+            self._step.set_head_subset(np.asarray(ids, np.int32))
+
     def _check_feed(self, feed: Feed, fed: set[int]) -> None:
         self._check_slot(feed.slot)
         if feed.slot not in self._in_use:

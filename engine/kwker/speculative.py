@@ -18,6 +18,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+import numpy as np
+
 
 def accept(candidates: list[int], picks: list[int]) -> int:
     """How many proposed tokens are kept: the run of candidates, from the first, that equals the
@@ -29,29 +31,74 @@ def accept(candidates: list[int], picks: list[int]) -> int:
 
 
 class LookupProposer:
-    """Prompt lookup: the longest suffix n-gram (ngram_max down to ngram_min tokens) that occurred earlier in the
-    text proposes what followed its latest earlier occurrence. An index of n-gram -> last start keeps each lookup
-    O(1) however long the text is."""
+    """Prompt lookup that follows long matches (as SuffixDecoding, arXiv 2411.04975, over one text):
+    the longest suffix of the text that occurred earlier proposes what followed it, and says how
+    long the match is (`match_len`), so that the speculator can propose more after a long match
+    (a text being copied) than after a short one (a common pair of words).
+
+    A suffix automaton of the text, extended token by token (amortized O(1) each), gives the
+    longest suffix with an earlier occurrence and the first such occurrence; an index of the last
+    n-grams (ngram_max down to ngram_min tokens) -> their latest start gives the latest occurrence,
+    which is taken when it matches as far back (a text's latest version of a passage is the one
+    being edited)."""
 
     name = "lookup"
+    COMPARE = 64  # tokens compared backwards to measure the latest occurrence's match
 
-    def __init__(self, ngram_max: int = 3, ngram_min: int = 2):
+    def __init__(self, ngram_max: int = 3, ngram_min: int = 1):
         self.ngram_max, self.ngram_min = ngram_max, ngram_min
+        self.match_len = 0  # of the latest proposal
+        self._reset()
+
+    def _reset(self) -> None:
         self.index: dict[
             tuple[int, ...], int
         ] = {}  # n-gram -> position just after its latest occurrence
         self.prev: dict[tuple[int, ...], int] = {}  # the occurrence before that one
-        self.indexed = 0  # tokens[:indexed] are in the index
+        self.indexed = 0  # tokens[:indexed] are in the index and the automaton
         self.tokens: list[int] = []
+        # the suffix automaton: per state its transitions, suffix link, longest length and the end
+        # (index of the last token) of its first occurrence
+        self._next: list[dict[int, int]] = [{}]
+        self._link, self._len, self._first = [-1], [0], [-1]
+        self._last = 0  # the state of the whole text
+
+    def _extend(self, c: int, pos: int) -> None:
+        nxt, link, length, first = self._next, self._link, self._len, self._first
+        cur = len(length)
+        nxt.append({})
+        length.append(length[self._last] + 1)
+        link.append(0)
+        first.append(pos)
+        p = self._last
+        while p != -1 and c not in nxt[p]:
+            nxt[p][c] = cur
+            p = link[p]
+        if p != -1:
+            q = nxt[p][c]
+            if length[p] + 1 == length[q]:
+                link[cur] = q
+            else:
+                clone = len(length)
+                nxt.append(dict(nxt[q]))
+                length.append(length[p] + 1)
+                link.append(link[q])
+                first.append(first[q])
+                while p != -1 and nxt[p].get(c) == q:
+                    nxt[p][c] = clone
+                    p = link[p]
+                link[q] = link[cur] = clone
+        self._last = cur
 
     def _sync(self, tokens: list[int]) -> None:
         # the same growing list (a sequence's text) needs no comparison; another list may be another text
         if self.indexed > len(tokens) or (
             self.tokens is not tokens and self.tokens[: self.indexed] != tokens[: self.indexed]
         ):
-            self.index, self.prev, self.indexed = {}, {}, 0  # a different text: start over
+            self._reset()  # a different text: start over
         self.tokens = tokens
         for end in range(self.indexed + 1, len(tokens) + 1):
+            self._extend(tokens[end - 1], end - 1)
             for n in range(self.ngram_min, self.ngram_max + 1):
                 if end >= n:
                     key = tuple(tokens[end - n : end])
@@ -60,18 +107,36 @@ class LookupProposer:
                     self.index[key] = end
         self.indexed = len(tokens)
 
-    def propose(self, tokens: list[int], k: int) -> list[int]:
+    def match(self, tokens: list[int]) -> tuple[int, int] | None:
+        """(where the continuation starts, how many tokens match before it) for the longest suffix
+        of the text that occurred earlier; None if no token of the text's end occurred before."""
         self._sync(tokens)
-        for n in range(self.ngram_max, self.ngram_min - 1, -1):
-            if len(tokens) <= n:
-                continue
+        state = self._link[self._last]
+        length = self._len[state] if state > 0 else 0
+        if length == 0:
+            return None
+        start = self._first[state] + 1  # after the first occurrence
+        n = min(length, self.ngram_max)
+        if n >= self.ngram_min:
             key = tuple(tokens[-n:])
             end = self.index.get(key)
             if end == len(tokens):  # the suffix itself: use the occurrence before it
                 end = self.prev.get(key)
-            if end is not None and end < len(tokens):
-                return tokens[end : end + k]
-        return []
+            if end is not None and end != start and end < len(tokens):
+                m, want = n, min(length, self.COMPARE)
+                while m < want and end - 1 - m >= 0 and tokens[end - 1 - m] == tokens[-1 - m]:
+                    m += 1
+                if m >= want:
+                    start = end
+        return start, length
+
+    def propose(self, tokens: list[int], k: int) -> list[int]:
+        found = self.match(tokens)
+        if found is None:
+            self.match_len = 0
+            return []
+        start, self.match_len = found
+        return tokens[start : start + k]
 
 
 CATCH_UP_TIMED = (
@@ -82,13 +147,52 @@ CATCH_UP_TIMED = (
 class DraftProposer:
     """A small model of the same tokenizer proposes the k tokens its greedy decoding would add.
     Its slot 0 follows the verified text: each proposal first catches up on the tokens its cache
-    does not hold yet."""
+    does not hold yet, then runs its k steps in one native call (Runner.propose_greedy).
+
+    Its head can be pruned (as FR-Spec does): HEAD_SUBSET rows of the vocabulary, the frequent
+    tokens (a byte-level BPE's ids follow its merge order, which is the order of frequency in the
+    tokenizer's training text) and the special ones, so that each proposed token reads a fraction
+    of the 0.5B-class draft's biggest matrix (151936 x 896 in Qwen2.5). A draft only proposes: a
+    token it cannot propose costs a rejection, never a different text. The full head is the
+    fallback: when the text's own tokens fall outside the subset more than MISS_RATE of the time
+    (another language, rare symbols), proposals use it."""
 
     name = "draft"
+    HEAD_SUBSET = 32768  # rows of the pruned head (0: the full head always)
+    MISS_RATE = 0.02
 
     def __init__(self, draft):
         self.draft = draft
         self.behind = 0  # tokens the draft had to catch up on before its latest proposal
+        self.subset = False  # whether the latest proposal used the pruned head
+        self._in_subset = None  # (vocab,) bool: the pruned head's tokens, once it is set
+        self._miss = 0.0  # moving average of how often the text's tokens are outside the subset
+        self._seen = 0  # tokens of the text counted into _miss
+
+    def _pruned(self, tokens: list[int]) -> bool:
+        """Whether to propose with the pruned head (setting it up on first use)."""
+        runner = self.draft.runner
+        vocab = self.draft.vocab_size
+        if (
+            not self.HEAD_SUBSET
+            or vocab <= 2 * self.HEAD_SUBSET
+            or not hasattr(runner._step, "set_head_subset")
+        ):
+            return False
+        if self._in_subset is None:
+            self._in_subset = np.zeros(vocab, bool)
+            self._in_subset[: self.HEAD_SUBSET] = True
+            self._in_subset[list(_special_ids(self.draft))] = True
+            if runner.head_subset_size != int(self._in_subset.sum()):
+                runner.set_head_subset(np.flatnonzero(self._in_subset))
+        if self._seen > len(tokens):
+            self._seen = 0  # another text
+        new = tokens[self._seen :]
+        if new:
+            missed = float(np.count_nonzero(~self._in_subset[new])) / len(new)
+            self._miss = _ema(self._miss, missed, weight=min(0.5, 0.02 * len(new)))
+            self._seen = len(tokens)
+        return self._miss <= self.MISS_RATE
 
     def propose(self, tokens: list[int], k: int) -> list[int]:
         runner = self.draft.runner
@@ -101,14 +205,24 @@ class DraftProposer:
                 reuse = runner.reusable_prefix(slot, tokens)
                 runner.trim(slot, runner.cached_len(slot) - reuse)
                 self.behind = len(tokens) - reuse
-                out: list[int] = []
-                feed, start = tokens[reuse:], reuse  # first the catch-up, then each new token
-                while len(out) < k:
-                    out.append(runner.extend_slot(slot, start, feed, logits=False).argmax[-1])
-                    feed, start = out[-1:], start + len(feed)
+                self.subset = self._pruned(tokens)
+                return runner.propose_greedy(slot, reuse, tokens[reuse:], k, subset=self.subset)
             finally:
                 runner.release(slot)
-        return out
+
+
+def _special_ids(decoder) -> set[int]:
+    """The special tokens a draft must be able to propose (the end of a turn above all)."""
+    ids: set[int] = set()
+    for attr in ("eos_token_id", "bos_token_id", "pad_token_id"):
+        v = getattr(decoder.config, attr, None)
+        ids.update(v if isinstance(v, list) else [] if v is None else [v])
+    tok = getattr(decoder, "tokenizer", None)
+    if tok is not None:
+        ids.update(getattr(tok, "all_special_ids", []) or [])
+        if hasattr(tok, "get_added_vocab"):
+            ids.update(tok.get_added_vocab().values())
+    return {i for i in ids if 0 <= i < decoder.vocab_size}
 
 
 @dataclass
@@ -164,10 +278,15 @@ class Speculator:
     PROBE_GAP = 8
     PROBE_GAP_MAX = 128
     PROBE_MIN_WIDTH = 3
-    DRAFT_MARGIN = (
-        1.05  # a draft must promise this much over a plain step (noise in its measured costs)
-    )
-    LOOKUP_MARGIN = 1.02
+    # what a source must promise over a plain step (noise in its measured costs)
+    DRAFT_MARGIN, LOOKUP_MARGIN = 1.05, 1.02
+    # Lookup's acceptance is kept per length of the match its proposal follows (1, 2-3, 4-7, 8-15, 16+
+    # tokens): a text being copied (a long match) is accepted far more often than a common pair of
+    # words. After a match of LONG_MATCH tokens or more, lookup proposes up to LONG_LOOKUP times its
+    # limit, its widths growing twice as fast.
+    MATCH_BUCKETS = (1, 2, 4, 8, 16)
+    LONG_MATCH = 16
+    LONG_LOOKUP = 3
     # A generation's speedup is measured against its own plain steps (GenerationStats.speedup): where
     # speculation proposes at every step, a plain step is taken once REFERENCE_GAP steps have passed
     # without one, until the generation has REFERENCE_STEPS of them (a few tokens' worth of time).
@@ -190,6 +309,10 @@ class Speculator:
             "lookup": 0.5,
             "draft": 0.6,
         }  # prior chance that a proposed token is accepted
+        self.match_accept: dict[
+            int, float
+        ] = {}  # lookup's per bucket of match length (MATCH_BUCKETS)
+        self._bucket: int | None = None  # of the lookup proposal (or shadow) of this step
         self.costs = costs if costs is not None else StepCosts()
         self.clock = clock
         self._inherited = (
@@ -222,15 +345,21 @@ class Speculator:
     def _cost(self, fed: int) -> float:
         """Step time of `fed` tokens relative to a 1-token step: the cheapest measured size at least as wide (a
         wider step is not cheaper, which keeps one noisy measurement from ruling a size out); wider than any
-        measured, the widest measured (or a 1-token step) plus STEP_SLOPE per token more."""
+        measured, the widest measured plus its measured cost per extra token for each token more (STEP_SLOPE
+        before any was measured)."""
         if fed == 1:
             return 1.0
         wider = [r for f, r in self.costs.relative.items() if f >= fed]
         if wider:
             return max(1.0, min(wider))
         widest = max(self.costs.relative, default=1)
-        base = self.costs.relative.get(widest, 1.0)
-        return max(1.0, base) + STEP_SLOPE * (fed - widest)
+        if widest == 1:
+            return 1.0 + STEP_SLOPE * (fed - 1)
+        # along the measured cost per extra token (from the 1-token step to the widest), not below
+        # a quarter of the prior's
+        base = max(1.0, self.costs.relative[widest])
+        slope = max((base - 1.0) / (widest - 1), STEP_SLOPE / 4)
+        return base + slope * (fed - widest)
 
     def _draft_call(self, k: int) -> float | None:
         """A k-token proposal's time relative to a 1-token target step, from the widths measured: a fixed cost
@@ -262,15 +391,23 @@ class Speculator:
         extra = (self._draft_call(k) or 0.0) if source == "draft" else 0.0
         return sum(a**i for i in range(k + 1)) / (self._cost(k + 1) + extra)
 
-    def _best_k(self, source: str, room: int, accept: float | None = None) -> int:
-        """The width with the best expected ratio, 0 if none beats a plain step by the source's margin."""
+    def _lookup_accept(self, bucket: int | None) -> float:
+        """Lookup's acceptance after a match of that bucket (its overall record until the bucket has one)."""
+        return self.match_accept.get(bucket, self.accept["lookup"])
+
+    def _best_k(
+        self, source: str, room: int, accept: float | None = None, long: bool = False
+    ) -> int:
+        """The width with the best expected ratio, 0 if none beats a plain step by the source's margin.
+        long: after a long match (lookup)."""
         best_k, best = 0, 1.0
-        top = min(self.limit[source], room)
+        top = min(self.limit[source] * (self.LONG_LOOKUP if long else 1), room)
         if source == "lookup":
             # Only step sizes already measured, and one more: lookup's proposals cost nothing but their step,
             # and where a wide step costs nearly as much as several narrow ones (compute-bound formats, big
-            # models) they grow only as far as they are seen to pay.
-            top = min(top, max(self.costs.relative, default=1))
+            # models) they grow only as far as they are seen to pay (twice as fast after a long match).
+            widest = max(self.costs.relative, default=1)
+            top = min(top, 2 * widest if long else widest)
         elif not self._draft_calls:
             return min(self.FIRST_DRAFT_WIDTH, top)  # a new draft: tried at a width that can pay
         margin = self.DRAFT_MARGIN if source == "draft" else self.LOOKUP_MARGIN
@@ -303,18 +440,27 @@ class Speculator:
             return None, []  # a reference step
         warm = self._plain_steps >= self.PLAIN_WARMUP or self._inherited
         found: list[int] = []  # lookup's proposal, if it pays
+        found_accept = self.accept["lookup"]
+        self._bucket = None
         if self.lookup is not None:
-            k = self._best_k("lookup", room) if warm else 0
-            cands = self.lookup.propose(tokens, max(k, 1))
-            if cands and k:
-                found = cands
-            elif cands:
-                self._shadow = cands[0]
+            where = self.lookup.match(tokens)
+            if where is not None:
+                start, length = where
+                self._bucket = max(b for b in self.MATCH_BUCKETS if b <= length)
+                found_accept = self._lookup_accept(self._bucket)
+                long = length >= self.LONG_MATCH
+                k = self._best_k("lookup", room, found_accept, long) if warm else 0
+                cands = tokens[start : start + max(k, 1)]
+                if cands and k:
+                    found = cands
+                elif cands:
+                    self._shadow = cands[0]
         self._probing = False
         if self.draft is not None and warm:
             k = self._best_k("draft", room)
             chosen = k and (
-                not found or self._ratio("draft", k) > self._ratio("lookup", len(found))
+                not found
+                or self._ratio("draft", k) > self._ratio("lookup", len(found), found_accept)
             )
             # a probe where the draft's own record does not pay (where it pays but lookup promises more,
             # the records decide), even where lookup has a proposal: a text that repeats its prompt may be
@@ -375,9 +521,12 @@ class Speculator:
         if source is not None and proposed:
             # accepted successes, then one failure unless everything was accepted
             trials = accepted + (1 if accepted < proposed else 0)
-            self.accept[source] = _ema(
-                self.accept[source], accepted / trials, weight=min(0.5, 0.1 * trials)
-            )
+            weight = min(0.5, 0.1 * trials)
+            self.accept[source] = _ema(self.accept[source], accepted / trials, weight=weight)
+            if source == "lookup" and self._bucket is not None:
+                self.match_accept[self._bucket] = _ema(
+                    self._lookup_accept(self._bucket), accepted / trials, weight=weight
+                )
         if source == "draft":
             if self._probing:
                 # a probe after which the record pays makes the draft a regular again; else the gap doubles
@@ -387,9 +536,12 @@ class Speculator:
                 )
             self._next_probe = self._steps + self._probe_gap
         if self._shadow is not None and next_token is not None:
-            self.accept["lookup"] = _ema(
-                self.accept["lookup"], float(self._shadow == next_token), weight=0.1
-            )
+            right = float(self._shadow == next_token)
+            self.accept["lookup"] = _ema(self.accept["lookup"], right, weight=0.1)
+            if self._bucket is not None:
+                self.match_accept[self._bucket] = _ema(
+                    self._lookup_accept(self._bucket), right, weight=0.1
+                )
 
 
 def _ema(old: float, new: float, weight: float = 0.2) -> float:

@@ -6,7 +6,7 @@ import torch
 from helpers import tiny_llama
 
 from kwker.decode import KwkDecoder
-from kwker.speculative import STEP_SLOPE, LookupProposer, Speculator, StepCosts
+from kwker.speculative import LookupProposer, Speculator, StepCosts
 
 # A prompt that repeats itself, so that lookup has something to propose, and one that does not.
 REPEATS = [5, 9, 33, 102, 7, 61, 5, 9, 33, 102, 7, 61, 5, 9, 33]
@@ -110,6 +110,32 @@ def test_lookup_proposes_what_followed_the_latest_match():
     assert p.propose([5, 6, 7], 4) == []  # a new text, nothing repeats
 
 
+def test_lookup_follows_the_longest_match_and_says_how_long_it_is():
+    p = LookupProposer()
+    passage = list(range(100, 130))
+    # the passage, a short reuse of its last 3 tokens, then the passage again up to token 120
+    text = [1] + passage + [7] + passage[-3:] + [8] + passage[:21]
+    assert p.match(text) == (1 + 21, 21)  # the first occurrence matches 21 tokens; the latest 0
+    assert p.propose(text, 4) == passage[21:25] and p.match_len == 21
+    # two occurrences that match as far back: the latest
+    text = [5, 1, 2, 3, 9, 5, 1, 2, 3, 4, 6, 1, 2, 3]
+    assert p.match(text) == (9, 3) and p.propose(text, 2) == [4, 6]
+    assert p.propose([1, 2, 1], 3) == [2, 1] and p.match_len == 1  # one token is a match too
+
+
+def test_lookup_proposes_more_after_a_long_match():
+    costs = StepCosts(step1_s=0.004, relative={fed: 1.0 for fed in range(2, 10)})
+    spec = Speculator(LookupProposer(), None, lookup_max=8, costs=costs)
+    passage = list(range(100, 160))
+    text = passage + [1] + passage[:30]  # 30 tokens copied so far
+    spec.match_accept[16] = 0.95
+    source, cands = spec.propose(text, room=50)
+    assert source == "lookup" and cands == passage[30 : 30 + len(cands)] and len(cands) > 8
+    spec.feedback(source, len(cands), len(cands), len(cands) + 1, 0.004, None)
+    assert spec.match_accept[16] > 0.95  # the record of long matches learnt it
+    assert spec.match_accept.keys() == {16}
+
+
 def test_step_times_measured_by_earlier_sequences_let_a_new_one_propose_at_once():
     text = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12] * 3 + [1, 2, 3]
     fresh = Speculator(LookupProposer(), None, lookup_max=8)
@@ -127,9 +153,11 @@ def test_step_times_measured_by_earlier_sequences_let_a_new_one_propose_at_once(
         source == "lookup" and len(cands) > 2 and cands == [4, 5, 6, 7, 8, 9, 10, 11][: len(cands)]
     )
     # a sequence on its own measures the 1-token step first, and then tries one token more at a time
+    # (twice as many after a long match, as here: 27 tokens)
     for _ in range(Speculator.PLAIN_WARMUP):
         fresh.feedback(None, 0, 0, 1, 0.004, None)
-    assert fresh.propose(text, room=50) == ("lookup", [4])
+    assert fresh.propose(text, room=50) == ("lookup", [4, 5])
+    assert fresh.propose([5, 1, 2, 9, 7, 1, 2], room=50) == ("lookup", [9])  # a short match: one
     spec.feedback(source, len(cands), len(cands), len(cands) + 1, 0.005, None)
     assert measured[len(cands) + 1] > 1.0  # what this sequence measures serves the next ones
 
@@ -150,8 +178,8 @@ def test_step_costs_are_relative_to_the_one_token_step_of_their_moment():
     assert spec._cost(2) == pytest.approx(
         1.25
     )  # no wider step was dearer than 1.25: neither is this one
-    # wider than anything measured: the widest measured, and the prior's slope beyond
-    assert spec._cost(5) == pytest.approx(1.25 + STEP_SLOPE)
+    # wider than anything measured: the widest measured, and beyond it its cost per extra token
+    assert spec._cost(5) == pytest.approx(1.25 + 0.25 / 3)
 
 
 def test_a_decoder_shares_step_times_between_its_generations(target):
