@@ -19,7 +19,14 @@ from __future__ import annotations
 import time
 
 from prometheus_client import CONTENT_TYPE_LATEST as CONTENT_TYPE  # noqa: N811
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    disable_created_metrics,
+    generate_latest,
+)
 
 from kwker.serve.engine import Request, ServingEngine, ServingObserver
 
@@ -35,6 +42,8 @@ STEP_BUCKETS = (0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0)
 REQUEST_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 
 __all__ = ["CONTENT_TYPE", "Metrics"]
+
+disable_created_metrics()  # the *_created series double the page and say when the server started
 
 
 class Metrics(ServingObserver):
