@@ -254,7 +254,8 @@ class Tasks(QObject):
         try:
             result = call()
         except Exception as e:  # noqa: BLE001  (any failure is reported, the worker lives on)
-            traceback.print_exc()
+            if not isinstance(e, RemoteError):  # a server's refusal is no bug: said, not traced
+                traceback.print_exc()
             self.failed.emit(task, describe_error(e))
             return
         self.finished.emit(task, result)

@@ -95,8 +95,7 @@ class ServerPanel(QWidget):
 
     def _address_changed(self, text: str) -> None:
         """Another address: its models are not listed yet; the key field says whether one is kept."""
-        self.models.clear()
-        self.url = ""
+        self._clear_models()
         self.key.clear()
         self.key.setPlaceholderText("none needed, or the server's key")
         if not text.strip():
@@ -126,9 +125,9 @@ class ServerPanel(QWidget):
         def listed(result):
             names, where = result
             self.connect_button.setEnabled(True)
-            self.url = url
             self.key.clear()
-            self.models.clear()
+            self._clear_models()
+            self.url = url
             self.models.addItems(names)
             if names:
                 current = names.index(self.current_model) if self.current_model in names else 0
@@ -147,9 +146,15 @@ class ServerPanel(QWidget):
 
         def failed(message):
             self.connect_button.setEnabled(True)
+            self._clear_models()
             self.status.setText(message)
 
         self.submit(call, listed, failed)
+
+    def _clear_models(self) -> None:
+        self.models.clear()
+        self.url = ""
+        self.use_button.setEnabled(False)
 
     def selected_model(self) -> str | None:
         item = self.models.currentItem()
