@@ -20,8 +20,6 @@ from remote_servers import (
     refused_port,
 )
 
-pytestmark = pytest.mark.slow
-
 QUESTION = "What is the capital of France?"
 
 
@@ -60,6 +58,7 @@ def one_line(stderr: str) -> str:
     return lines[0]
 
 
+@pytest.mark.slow
 def test_the_answer_streams_to_stdout(server):
     r = kwker("--server", server.url, "--api-key-file", str(server.key_file), QUESTION,
               "--max-new-tokens", "16", env={"KWKER_API_KEY": None})  # fmt: skip
@@ -78,6 +77,7 @@ def test_the_answer_streams_to_stdout(server):
     assert by_env.stdout == r.stdout  # greedy
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("key", [None, "a-wrong-key"], ids=["no key", "wrong key"])
 def test_a_missing_or_wrong_key_is_one_clear_line(server, key, tmp_path):
     args = ["--server", server.url, QUESTION]
@@ -90,6 +90,7 @@ def test_a_missing_or_wrong_key_is_one_clear_line(server, key, tmp_path):
     assert one_line(r.stderr).startswith(f"kwker: The server at {server.url} {verdict} (401: ")
 
 
+@pytest.mark.slow
 def test_an_unknown_model_is_one_clear_line(kwker_server):
     r = kwker("--server", kwker_server.url, "--model", "no-such-model", QUESTION,
               env={"KWKER_API_KEY": kwker_server.key})  # fmt: skip
@@ -109,6 +110,7 @@ def test_an_unreachable_server_is_one_clear_line():
     )
 
 
+@pytest.mark.slow
 def test_ctrl_c_closes_the_stream_and_the_server_stops(server):
     before = server.metrics()
     proc = subprocess.Popen(
@@ -132,3 +134,16 @@ def test_ctrl_c_closes_the_stream_and_the_server_stops(server):
     cpu = server.cpu_seconds()
     time.sleep(1.5)
     assert server.cpu_seconds() - cpu < 0.3  # idle: not generating for nobody
+
+
+def test_the_remote_client_imports_neither_torch_nor_qt():
+    """kwker generate --server runs where only the client's packages are: no torch, no Qt."""
+    code = (
+        "import sys\n"
+        "from kwker import cli, remote\n"
+        f"try: remote.list_models({refused_port()!r})\n"
+        "except remote.RemoteError as e: assert e.kind == remote.UNREACHABLE\n"
+        "heavy = [m for m in sys.modules if m.split('.')[0] in ('torch', 'PySide6', 'transformers')]\n"
+        "assert not heavy, heavy\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
