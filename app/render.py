@@ -105,12 +105,27 @@ def stats_line(stats: dict) -> str:
     return " · ".join(parts)
 
 
+def version_switcher(index: int, version: int, versions: int) -> str:
+    """ "< 2/3 >": the message's place among its versions, with links to the one before and after
+    (none past either end)."""
+    prev = f'<a href="prev-version:{index}">&lt;</a>' if version > 1 else "&lt;"
+    after = f'<a href="next-version:{index}">&gt;</a>' if version < versions else "&gt;"
+    return f'<span class="versions">{prev} {version}/{versions} {after}</span>'
+
+
 def message_html(
-    index: int, role: str, body_html: str, editable: bool, note: str = "", stats: str = ""
-) -> str:
+    index: int, role: str, body_html: str, editable: bool, note: str = "", stats: str = "",
+    version: tuple[int, int] = (1, 1),
+) -> str:  # fmt: skip
+    """A message with its links (Copy, Edit, Fork from here when editable: a finished one) and,
+    when it has other versions, its "< 2/3 >" switcher."""
     links = [f'<a href="copy-msg:{index}">Copy</a>']
-    if editable:
+    if editable and role == "user":
         links.append(f'<a href="edit-msg:{index}">Edit</a>')
+    if editable:
+        links.append(f'<a href="fork-msg:{index}">Fork from here</a>')
+    if version[1] > 1:
+        links.insert(0, version_switcher(index, *version))
     who = {"user": "You", "assistant": "Assistant", "system": "System"}.get(role, role)
     note_html = f' <span class="note">{html.escape(note)}</span>' if note else ""
     stats_html = f'<p class="stats">{html.escape(stats)}</p>' if stats else ""

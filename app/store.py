@@ -2,6 +2,12 @@
 
 Every change is its own transaction (WAL journal), and the answer being streamed is written as its tokens arrive,
 so a crash loses at most the token in flight. The schema carries a version; `migrate` brings an older file up.
+
+A conversation is a tree of messages (each names its parent), so that nothing is lost when the user
+goes back: regenerating adds a sibling answer, editing a message adds a sibling question, and the
+conversation's leaf names the branch on screen (its path from the root). Switching to another
+version of a message goes down from it along the children chosen last, so a branch comes back as
+it was left.
 """
 
 from __future__ import annotations
@@ -15,7 +21,7 @@ from pathlib import Path
 
 import platformdirs
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 # Each migration takes the database from version i to i + 1.
 MIGRATIONS = [
@@ -38,6 +44,24 @@ MIGRATIONS = [
     ALTER TABLE conversations ADD COLUMN context_from INTEGER NOT NULL DEFAULT 0;
     ALTER TABLE messages ADD COLUMN sources TEXT NOT NULL DEFAULT '[]';
     """,
+    # branches: parent_id (NULL at the root), chosen (when the message was last put on screen: the
+    # child a branch goes down by) and the conversation's leaf (0: no messages); a version 3 history
+    # is one branch, each message the child of the one before it. attachments: documents a
+    # conversation answers from (their text, extracted once, and its length in the model's tokens)
+    """
+    ALTER TABLE messages ADD COLUMN parent_id INTEGER REFERENCES messages(id) ON DELETE CASCADE;
+    ALTER TABLE messages ADD COLUMN chosen REAL NOT NULL DEFAULT 0;
+    ALTER TABLE conversations ADD COLUMN leaf_id INTEGER NOT NULL DEFAULT 0;
+    UPDATE messages SET chosen = created, parent_id = (
+        SELECT MAX(p.id) FROM messages p
+        WHERE p.conversation_id = messages.conversation_id AND p.id < messages.id);
+    UPDATE conversations SET leaf_id = COALESCE(
+        (SELECT MAX(id) FROM messages WHERE conversation_id = conversations.id), 0);
+    CREATE INDEX messages_by_parent ON messages(parent_id);
+    CREATE TABLE attachments (id INTEGER PRIMARY KEY, conversation_id INTEGER NOT NULL
+                              REFERENCES conversations(id) ON DELETE CASCADE, name TEXT NOT NULL,
+                              text TEXT NOT NULL, tokens INTEGER NOT NULL, created REAL NOT NULL);
+    """,
 ]
 
 
@@ -57,6 +81,18 @@ class Message:
     # [[characters, source], ...] over content: runs of text from "lookup" or "draft" proposals the
     # model accepted, or from the model's own steps ("")
     sources: list = field(default_factory=list)
+    parent_id: int | None = None  # None at the root
+    created: float = 0.0
+    version: int = 1  # its place among its versions (the children of its parent), from 1
+    versions: int = 1
+
+
+@dataclass
+class Attachment:
+    id: int
+    name: str  # the file's name
+    text: str  # its text (a PDF's text layer)
+    tokens: int  # its length in the model's tokens when attached (an estimate for a server)
 
 
 @dataclass
@@ -66,6 +102,7 @@ class Conversation:
     updated: float
     overrides: dict = field(default_factory=dict)
     context_from: int = 0  # the first message id the model still sees (0: all; see context_window)
+    leaf_id: int = 0  # the last message of the branch on screen (0: no messages)
 
 
 class Store:
@@ -110,22 +147,21 @@ class Store:
 
     def conversations(self, search: str = "") -> list[Conversation]:
         """Newest first; `search` matches titles and message text."""
-        query = "SELECT id, title, updated, overrides, context_from FROM conversations"
+        query = f"SELECT {_CONVERSATION} FROM conversations"
         args: tuple = ()
         if search:
             query += " WHERE title LIKE ? OR id IN (SELECT conversation_id FROM messages WHERE content LIKE ?)"
             args = (f"%{search}%", f"%{search}%")
         rows = self.db.execute(query + " ORDER BY updated DESC, id DESC", args).fetchall()
-        return [Conversation(r[0], r[1], r[2], json.loads(r[3]), r[4]) for r in rows]
+        return [_conversation(r) for r in rows]
 
     def conversation(self, cid: int) -> Conversation:
         r = self.db.execute(
-            "SELECT id, title, updated, overrides, context_from FROM conversations WHERE id = ?",
-            (cid,),
+            f"SELECT {_CONVERSATION} FROM conversations WHERE id = ?", (cid,)
         ).fetchone()
         if r is None:
             raise KeyError(cid)
-        return Conversation(r[0], r[1], r[2], json.loads(r[3]), r[4])
+        return _conversation(r)
 
     def rename(self, cid: int, title: str) -> None:
         with self.db:
@@ -146,26 +182,106 @@ class Store:
             self.db.execute("UPDATE conversations SET context_from = ? WHERE id = ?", (mid, cid))
 
     # ---------------------------------------------------------------------------------------------- messages
-    def messages(self, cid: int) -> list[Message]:
+    def _rows(self, cid: int) -> dict[int, tuple]:
         rows = self.db.execute(
-            "SELECT id, role, content, stats, complete, sources FROM messages "
-            "WHERE conversation_id = ? ORDER BY id",
-            (cid,),
+            f"SELECT {_MESSAGE} FROM messages WHERE conversation_id = ?", (cid,)
         ).fetchall()
-        return [
-            Message(r[0], r[1], r[2], json.loads(r[3]), bool(r[4]), json.loads(r[5])) for r in rows
-        ]
+        return {r[0]: r for r in rows}
+
+    def messages(self, cid: int) -> list[Message]:
+        """The branch on screen: the path from the root to the conversation's leaf, each message
+        with its place among its versions."""
+        rows = self._rows(cid)
+        path, mid = [], self.conversation(cid).leaf_id
+        while mid in rows:
+            path.append(rows[mid])
+            mid = rows[mid][6]
+        siblings: dict[int | None, list[int]] = {}
+        for r in sorted(rows.values()):
+            siblings.setdefault(r[6], []).append(r[0])
+        out = []
+        for r in reversed(path):
+            versions = siblings[r[6]]
+            out.append(_message(r, versions.index(r[0]) + 1, len(versions)))
+        return out
+
+    def tree(self, cid: int) -> list[Message]:
+        """Every message of every branch, oldest first (each names its parent)."""
+        return [_message(r) for r in sorted(self._rows(cid).values())]
 
     def add_message(self, cid: int, role: str, content: str, complete: bool = True) -> Message:
+        """A message after the conversation's leaf, which it becomes (set_leaf first to branch off
+        an earlier message)."""
         now = time.time()
+        parent = self.conversation(cid).leaf_id or None
         with self.db:
             cur = self.db.execute(
-                "INSERT INTO messages (conversation_id, role, content, created, complete) "
-                "VALUES (?, ?, ?, ?, ?)",
-                (cid, role, content, now, int(complete)),
+                "INSERT INTO messages (conversation_id, role, content, created, complete, "
+                "parent_id, chosen) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (cid, role, content, now, int(complete), parent, now),
             )
-            self.db.execute("UPDATE conversations SET updated = ? WHERE id = ?", (now, cid))
-        return Message(cur.lastrowid, role, content, {}, complete)
+            self.db.execute(
+                "UPDATE conversations SET updated = ?, leaf_id = ? WHERE id = ?",
+                (now, cur.lastrowid, cid),
+            )
+        return Message(cur.lastrowid, role, content, {}, complete, [], parent, now)
+
+    def set_leaf(self, cid: int, mid: int | None) -> None:
+        """Puts the branch ending at message `mid` on screen (0 or None: none, the next message
+        starts a new root); its messages become the children a branch goes down by."""
+        rows = self._rows(cid)
+        path, m = [], mid
+        while m in rows:
+            path.append(m)
+            m = rows[m][6]
+        with self.db:
+            self.db.execute("UPDATE conversations SET leaf_id = ? WHERE id = ?", (mid or 0, cid))
+            self.db.executemany(
+                "UPDATE messages SET chosen = ? WHERE id = ?", [(time.time(), p) for p in path]
+            )
+
+    def switch_version(self, cid: int, mid: int, step: int) -> None:
+        """Shows the version `step` places from message `mid` among its siblings (the "< 2/3 >"
+        switcher), with the branch under it as it was last seen."""
+        rows = self._rows(cid)
+        parent = rows[mid][6]
+        siblings = sorted(r[0] for r in rows.values() if r[6] == parent)
+        i = min(max(siblings.index(mid) + step, 0), len(siblings) - 1)
+        leaf = siblings[i]
+        while True:  # down along the child chosen last
+            children = [r for r in rows.values() if r[6] == leaf]
+            if not children:
+                break
+            leaf = max(children, key=lambda r: (r[8], r[0]))[0]
+        self.set_leaf(cid, leaf)
+
+    def fork(self, cid: int, mid: int) -> Conversation:
+        """A new conversation with copies of the branch on screen up to message `mid` (its
+        attachments and settings too); the original is left as it is."""
+        conv = self.conversation(cid)
+        path = self.messages(cid)
+        path = path[: next(i for i, m in enumerate(path) if m.id == mid) + 1]
+        now = time.time()
+        with self.db:
+            new = self.db.execute(
+                "INSERT INTO conversations (title, created, updated, overrides) VALUES (?, ?, ?, ?)",
+                (f"{conv.title} (fork)", now, now, json.dumps(conv.overrides)),
+            ).lastrowid
+            parent = None
+            for m in path:
+                parent = self.db.execute(
+                    "INSERT INTO messages (conversation_id, role, content, created, complete, "
+                    "stats, sources, parent_id, chosen) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (new, m.role, m.content, m.created, int(m.complete), json.dumps(m.stats),
+                     json.dumps(m.sources), parent, now),
+                ).lastrowid  # fmt: skip
+            self.db.execute("UPDATE conversations SET leaf_id = ? WHERE id = ?", (parent or 0, new))
+            self.db.execute(
+                "INSERT INTO attachments (conversation_id, name, text, tokens, created) "
+                "SELECT ?, name, text, tokens, created FROM attachments WHERE conversation_id = ?",
+                (new, cid),
+            )
+        return self.conversation(new)
 
     def update_message(
         self,
@@ -189,22 +305,47 @@ class Store:
         with self.db:
             self.db.execute(f"UPDATE messages SET {', '.join(sets)} WHERE id = ?", (*args, mid))
 
-    def truncate_after(self, cid: int, mid: int, keep: bool) -> None:
-        """Deletes the messages after `mid` (and mid itself unless keep): regenerate and edit start from there."""
-        op = ">" if keep else ">="
+    def delete_message(self, mid: int) -> None:
+        """Deletes a message and the branches under it; a leaf among them moves up to its parent,
+        and a rolling window that started among them starts over."""
+        row = self.db.execute(
+            "SELECT conversation_id, parent_id FROM messages WHERE id = ?", (mid,)
+        ).fetchone()
+        if row is None:
+            return
+        cid, parent = row
         with self.db:
+            self.db.execute("DELETE FROM messages WHERE id = ?", (mid,))  # cascades to children
+            gone = "NOT IN (SELECT id FROM messages)"
             self.db.execute(
-                f"DELETE FROM messages WHERE conversation_id = ? AND id {op} ?", (cid, mid)
+                f"UPDATE conversations SET leaf_id = ? WHERE id = ? AND leaf_id {gone}",
+                (parent or 0, cid),
             )
-            # a window that started at a deleted message starts over: the history is shorter now
             self.db.execute(
-                f"UPDATE conversations SET context_from = 0 WHERE id = ? AND context_from {op} ?",
-                (cid, mid),
+                f"UPDATE conversations SET context_from = 0 WHERE id = ? AND context_from {gone}",
+                (cid,),
             )
 
-    def delete_message(self, mid: int) -> None:
+    # ------------------------------------------------------------------------------------------- attachments
+    def add_attachment(self, cid: int, name: str, text: str, tokens: int) -> Attachment:
         with self.db:
-            self.db.execute("DELETE FROM messages WHERE id = ?", (mid,))
+            cur = self.db.execute(
+                "INSERT INTO attachments (conversation_id, name, text, tokens, created) "
+                "VALUES (?, ?, ?, ?, ?)",
+                (cid, name, text, tokens, time.time()),
+            )
+        return Attachment(cur.lastrowid, name, text, tokens)
+
+    def attachments(self, cid: int) -> list[Attachment]:
+        rows = self.db.execute(
+            "SELECT id, name, text, tokens FROM attachments WHERE conversation_id = ? ORDER BY id",
+            (cid,),
+        )
+        return [Attachment(*r) for r in rows]
+
+    def remove_attachment(self, aid: int) -> None:
+        with self.db:
+            self.db.execute("DELETE FROM attachments WHERE id = ?", (aid,))
 
     # ---------------------------------------------------------------------------------------------- settings
     def settings(self) -> dict:
@@ -218,21 +359,17 @@ class Store:
                 [(k, json.dumps(v)) for k, v in values.items()],
             )
 
-    # ------------------------------------------------------------------------------------------------ export
-    def export_markdown(self, cid: int) -> str:
-        conv = self.conversation(cid)
-        parts = [f"# {conv.title}\n"]
-        for m in self.messages(cid):
-            parts.append(f"**{m.role.capitalize()}:**\n\n{m.content}\n")
-        return "\n".join(parts)
 
-    def export_json(self, cid: int) -> str:
-        conv = self.conversation(cid)
-        return json.dumps(
-            {
-                "title": conv.title,
-                "messages": [{"role": m.role, "content": m.content} for m in self.messages(cid)],
-            },
-            indent=2,
-            ensure_ascii=False,
-        )
+_CONVERSATION = "id, title, updated, overrides, context_from, leaf_id"
+_MESSAGE = "id, role, content, stats, complete, sources, parent_id, created, chosen"
+
+
+def _conversation(r) -> Conversation:
+    return Conversation(r[0], r[1], r[2], json.loads(r[3]), r[4], r[5])
+
+
+def _message(r, version: int = 1, versions: int = 1) -> Message:
+    return Message(
+        r[0], r[1], r[2], json.loads(r[3]), bool(r[4]), json.loads(r[5]), r[6], r[7],
+        version, versions,
+    )  # fmt: skip

@@ -399,15 +399,18 @@ class MainWindow(QMainWindow):
         self.open_conversation(convs[0].id if convs else self.store.new_conversation().id)
 
     def export_to(self, path: str, fmt: str) -> None:
-        text = (
-            self.store.export_markdown(self.cid)
-            if fmt == "md"
-            else self.store.export_json(self.cid)
-        )
+        """Writes the conversation as `fmt` (a key of kwker.app.export.FORMATS)."""
+        from kwker.app.export import export
+
+        text = export(self.store, self.cid, fmt, self.model_info, self.effective_settings())
         Path(path).write_text(text, encoding="utf-8")
 
     def _export_dialog(self, fmt: str):
-        path, _ = QFileDialog.getSaveFileName(self, "Export", f"{self.title.text()}.{fmt}")
+        from kwker.app.export import FORMATS
+
+        path, _ = QFileDialog.getSaveFileName(
+            self, "Export", f"{self.title.text()}.{fmt}", f"{FORMATS[fmt]} (*.{fmt})"
+        )
         if path:
             self.export_to(path, fmt)
 
@@ -422,10 +425,10 @@ class MainWindow(QMainWindow):
         text = text.strip()
         if not text or self.generating or self.model_info is None:
             return False
-        if (
-            self.editing_index is not None
-        ):  # an edited message replaces itself and everything after it
-            self.store.truncate_after(self.cid, self.messages[self.editing_index].id, keep=False)
+        if self.editing_index is not None:
+            # the edited message becomes a new version of it: a branch off its parent, the old
+            # branch kept (the "< 1/2 >" switcher goes back to it)
+            self.store.set_leaf(self.cid, self.messages[self.editing_index].parent_id)
             self.editing_index = None
         if not any(m.role == "user" for m in self.messages):
             self.store.rename(self.cid, text.splitlines()[0][:48])
@@ -439,10 +442,24 @@ class MainWindow(QMainWindow):
         if self.generating or self.model_info is None or not self.messages:
             return
         last = self.messages[-1]
-        if last.role == "assistant":
-            self.store.truncate_after(self.cid, last.id, keep=False)
+        if last.role == "assistant":  # a new version of it: the others are kept
+            self.store.set_leaf(self.cid, last.parent_id)
         if self.store.messages(self.cid):
             self._start_answer()
+
+    def switch_version(self, index: int, step: int) -> None:
+        """Shows another version of message `index` ("< 2/3 >"), with the branch under it."""
+        if self.generating and self.stream_cid == self.cid:
+            return  # the answer being written hangs off the branch on screen
+        self.store.switch_version(self.cid, self.messages[index].id, step)
+        self.open_conversation(self.cid)
+
+    def fork_from(self, index: int) -> int:
+        """A new conversation with this one's messages up to `index`; it is opened. Returns its id."""
+        conv = self.store.fork(self.cid, self.messages[index].id)
+        self.open_conversation(conv.id)
+        self.status.setText(f"Forked into “{conv.title}”")
+        return conv.id
 
     def stop(self):
         if self.generating:
@@ -556,8 +573,9 @@ class MainWindow(QMainWindow):
                 note = "(ended by an error)"
             parts.append(
                 message_html(
-                    i, m.role, self._message_body(m, blocks), editable=m.role == "user",
+                    i, m.role, self._message_body(m, blocks), editable=True,
                     note=note, stats=stats_line(m.stats) if m.role == "assistant" else "",
+                    version=(m.version, m.versions),
                 )
             )  # fmt: skip
         self.legend.setVisible(self.settings["tint_speculation"])
@@ -604,13 +622,20 @@ class MainWindow(QMainWindow):
             self.status.setText("Message copied")
         elif kind == "edit-msg" and not self.generating:
             self.edit_message(int(arg))
+        elif kind in ("prev-version", "next-version"):
+            self.switch_version(int(arg), -1 if kind == "prev-version" else 1)
+        elif kind == "fork-msg":
+            self.fork_from(int(arg))
 
     def edit_message(self, index: int):
-        """Puts a user message back in the input; sending replaces it and drops everything after it."""
+        """Puts a user message back in the input; sending makes a new version of it, a branch of
+        the conversation from there (the old one is kept)."""
         self.editing_index = index
         self.input.setPlainText(self.messages[index].content)
         self.input.setFocus()
-        self.status.setText("Editing a message: Send replaces it and continues from there")
+        self.status.setText(
+            "Editing a message: Send branches off there (the old branch stays a version of it)"
+        )
 
     def _legend_html(self) -> str:
         swatches = [

@@ -120,7 +120,7 @@ def test_the_store_migrates_a_version_2_file_and_keeps_its_messages(tmp_path):
     )
     db.close()
     store = Store(path)
-    assert store.version == SCHEMA_VERSION == 3
+    assert store.version == SCHEMA_VERSION
     conv = store.conversation(1)
     assert conv.title == "old chat" and conv.context_from == 0
     (msg,) = store.messages(1)
@@ -129,5 +129,5 @@ def test_the_store_migrates_a_version_2_file_and_keeps_its_messages(tmp_path):
     store.update_message(mid, "abc", sources=[[1, ""], [2, "lookup"]])
     store.set_context_from(1, mid)
     assert store.messages(1)[-1].sources == [[1, ""], [2, "lookup"]]
-    store.truncate_after(1, mid, keep=False)  # the window's first message is gone: it starts over
+    store.delete_message(mid)  # the window's first message is gone: it starts over
     assert store.conversation(1).context_from == 0
