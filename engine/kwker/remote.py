@@ -170,6 +170,19 @@ def explain(e: BaseException, base_url: str, model: str = "", had_key: bool = Tr
     return RemoteError(REFUSED, f"The server at {base_url} refused the request ({status}: {said}).")
 
 
+def _exceeds_context(e: BaseException) -> bool:
+    """A 400 saying that the prompt and max_tokens together exceed the model's context (OpenAI's
+    and Kwker's code; vLLM's words), not that the prompt alone does."""
+    import openai
+
+    if not isinstance(e, openai.APIStatusError) or e.status_code != 400:
+        return False
+    said = server_message(e).lower()
+    if getattr(e, "code", None) == "context_length_exceeded":
+        return getattr(e, "param", None) == "max_tokens" or "max_tokens" in said
+    return "maximum context length" in said and "completion" in said
+
+
 def list_models(base_url: str, api_key: str | None = None) -> list[str]:
     """The ids of the models the server at base_url offers (its /v1/models), in its order."""
     try:
@@ -236,14 +249,24 @@ class RemoteModel:
         top_p, seed (None values are left out). Closing the generator closes the HTTP response,
         which tells the server to stop generating. Raises RemoteError."""
         params = {k: v for k, v in sampling.items() if v is not None}
-        if max_tokens is not None:
-            params["max_tokens"] = int(max_tokens)
         meter = _Meter()
-        try:
-            stream = self.client.chat.completions.create(
+
+        def ask(**limit):
+            return self.client.chat.completions.create(
                 model=self.model, messages=messages, stream=True,
-                stream_options={"include_usage": True}, **params,
+                stream_options={"include_usage": True}, **params, **limit,
             )  # fmt: skip
+
+        try:
+            try:
+                stream = ask(**({"max_tokens": int(max_tokens)} if max_tokens else {}))
+            except Exception as e:
+                # A long conversation leaves less room than the answer's cap: servers that check
+                # (Kwker, vLLM, OpenAI) refuse prompt + max_tokens > context; without the cap
+                # they answer up to the context, which is the most that fits.
+                if not (max_tokens and _exceeds_context(e)):
+                    raise
+                stream = ask()
         except Exception as e:
             raise self._explain(e) from e
         try:

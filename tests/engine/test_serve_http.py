@@ -591,3 +591,19 @@ def test_health_and_metrics(server):
     httpx.get(f"{url}/v1/models")
     assert metrics(url, AUTH)[refused] >= 1
     assert not math.isnan(after[("kwker_request_seconds_sum",)])
+
+
+def test_the_remote_client_fits_its_cap_to_a_long_conversation(server, tokenizer):
+    """The app asks for up to its max_new_tokens; where the conversation leaves less room, the
+    server refuses (as vLLM and OpenAI do), and the client asks again without the cap."""
+    from kwker.remote import RemoteModel
+
+    url, _ = server
+    messages = [{"role": "user", "content": "word " * 450}]
+    ids = tokenizer.apply_chat_template(
+        messages, add_generation_prompt=True, tokenize=True, return_dict=True
+    )["input_ids"]
+    n = len(ids)
+    chunks = list(RemoteModel(f"{url}/v1", "tiny", KEY).stream_chat(messages, 200, temperature=0))
+    assert chunks[-1].finish_reason == "length"
+    assert chunks[-1].stats["new_tokens"] == 512 - n < 200
