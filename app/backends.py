@@ -4,8 +4,9 @@ server: `kwker serve`, vLLM, SGLang, llama.cpp's server, Ollama's /v1).
 
     backend = backend_for(opts).load(opts, progress)   # raises with the reason it cannot be used
     backend.info                                       # what the window shows about it
-    answer = backend.answer(messages, settings, start)
+    answer = backend.answer(messages, settings, start, documents)
     answer.start                                       # the first message the model sees
+    answer.documents                                   # what of the documents went in (cited)
     for piece in answer: ...                           # .text .token .source .stats .finish_reason
     answer.close()                                     # ends it early (Stop)
     answer.stats()                                     # its figures so far (a dict)
@@ -21,7 +22,8 @@ import time
 from dataclasses import dataclass
 
 from kwker.app import keys
-from kwker.app.context_window import fit_prompt
+from kwker.app.context_window import answer_reserve, fit_prompt
+from kwker.app.documents import build_context, with_documents
 from kwker.app.settings import generation_options, remote_sampling
 from kwker.remote import AUTH, NOT_FOUND, RemoteError, RemoteModel, list_models, normalize_url
 
@@ -97,26 +99,46 @@ class LocalBackend:
         text = "\n\n".join(m["content"] for m in messages) + "\n\n"
         return self.tokenizer(text)["input_ids"]
 
-    def answer(self, messages: list[dict], settings: dict, start: int) -> LocalAnswer:
-        """Answers messages from the rolling window's start so far (kwker.app.context_window)."""
+    def answer(
+        self, messages: list[dict], settings: dict, start: int, documents: list[dict] = (),
+        draft: bool = True,
+    ) -> LocalAnswer:  # fmt: skip
+        """Answers messages from the rolling window's start so far (kwker.app.context_window),
+        from the attached documents ({name, text} dicts) that fit beside them. draft=False leaves
+        the draft model out (the split view's plain run)."""
         max_new = int(settings["max_new_tokens"])
-        prompt = fit_prompt(
-            self._prompt_ids, settings.get("system_prompt", "").strip(), messages, start,
-            self.decoder.max_cache_len, max_new, settings["context_overflow"],
-        )  # fmt: skip
+        context = self.decoder.max_cache_len
+
+        def fit(msgs: list[dict], first: int):
+            return fit_prompt(
+                self._prompt_ids, settings.get("system_prompt", "").strip(), msgs, first,
+                context, max_new, settings["context_overflow"],
+            )  # fmt: skip
+
+        prompt = fit(messages, start)
+        cited = []
+        if documents:  # the room the chat leaves, the answer's kept free
+            budget = prompt.room - answer_reserve(context, max_new)
+            docs = build_context(documents, messages[-1]["content"], budget, self._count)
+            asked = [*messages[:-1], {**messages[-1], "content": with_documents(
+                messages[-1]["content"], docs)}]  # fmt: skip
+            prompt, cited = fit(asked, prompt.start), docs.cited
         self.last_prompt = prompt.ids
         opts = generation_options(settings)
-        if self.draft is not None:
+        if self.draft is not None and draft:
             opts["draft"] = self.draft
         stream = self.decoder.stream_generate(
             prompt.ids, min(max_new, prompt.room), tokenizer=self.tokenizer, **opts
         )
-        return LocalAnswer(prompt.start, stream)
+        return LocalAnswer(prompt.start, stream, cited)
+
+    def _count(self, text: str) -> int:
+        return len(self.tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
 class LocalAnswer:
-    def __init__(self, start: int, stream):
-        self.start, self._stream = start, stream
+    def __init__(self, start: int, stream, documents: list[dict] = ()):
+        self.start, self._stream, self.documents = start, stream, list(documents)
         self._t0 = time.perf_counter()
         self._last = None  # the latest GenerationStats
 
@@ -137,7 +159,8 @@ class LocalAnswer:
     def stats(self) -> dict:
         if self._last is None:
             return {}
-        return self._last.summary() | {"elapsed_s": time.perf_counter() - self._t0}
+        summary = self._last.summary() | {"elapsed_s": time.perf_counter() - self._t0}
+        return summary | ({"documents": self.documents} if self.documents else {})
 
 
 # ----------------------------------------------------------------------------------------- remote
@@ -172,21 +195,38 @@ class RemoteBackend:
         info = {"model": name, "server": url, "draft": "", "chat_template": True}
         return cls(RemoteModel(url, name, key), info)
 
-    def answer(self, messages: list[dict], settings: dict, start: int) -> RemoteAnswer:
+    def answer(
+        self, messages: list[dict], settings: dict, start: int, documents: list[dict] = ()
+    ) -> RemoteAnswer:
         system = settings.get("system_prompt", "").strip()
         chat = ([{"role": "system", "content": system}] if system else []) + list(messages)
+        cited = []
+        if documents:  # the server's context is not known here: a budget most servers have room for
+            docs = build_context(documents, chat[-1]["content"], REMOTE_DOCUMENT_TOKENS, _estimate)
+            chat[-1] = {**chat[-1], "content": with_documents(chat[-1]["content"], docs)}
+            cited = docs.cited
         chunks = self.model.stream_chat(
             chat, max_tokens=int(settings["max_new_tokens"]), **remote_sampling(settings)
         )
-        return RemoteAnswer(chunks)
+        return RemoteAnswer(chunks, cited)
+
+
+# The documents' share of a server's prompt, in tokens estimated from characters (the server's
+# tokenizer is not here): 4 characters a token is English text's usual rate
+REMOTE_DOCUMENT_TOKENS = 6000
+
+
+def _estimate(text: str) -> int:
+    return len(text) // 4 + 1
 
 
 class RemoteAnswer:
     start = 0  # the server sees the whole conversation
 
-    def __init__(self, chunks):
+    def __init__(self, chunks, documents: list[dict] = ()):
         self._chunks = chunks  # kwker.remote.RemoteChunk: the same fields as a Piece
         self._last: dict = {}
+        self.documents = list(documents)
 
     def __iter__(self):
         for c in self._chunks:
@@ -198,4 +238,4 @@ class RemoteAnswer:
         self._chunks.close()  # closes the HTTP response: the server stops generating
 
     def stats(self) -> dict:
-        return self._last
+        return self._last | ({"documents": self.documents} if self.documents else {})

@@ -113,9 +113,21 @@ def version_switcher(index: int, version: int, versions: int) -> str:
     return f'<span class="versions">{prev} {version}/{versions} {after}</span>'
 
 
+def citations(cited: list[dict]) -> str:
+    """Which of the documents an answer was given (kwker.app.documents' cited list): a whole
+    document, or the parts of one that BM25 chose, with the words each part begins with."""
+    parts = []
+    for c in cited:
+        if c["part"] == 0:
+            parts.append(f"{c['name']} (whole, {c['tokens']:,} tokens)")
+        else:
+            parts.append(f"{c['name']} part {c['part']} of {c['parts']} “{c['excerpt']}”")
+    return "From " + " · ".join(parts) if parts else ""
+
+
 def message_html(
     index: int, role: str, body_html: str, editable: bool, note: str = "", stats: str = "",
-    version: tuple[int, int] = (1, 1),
+    version: tuple[int, int] = (1, 1), cites: str = "",
 ) -> str:  # fmt: skip
     """A message with its links (Copy, Edit, Fork from here when editable: a finished one) and,
     when it has other versions, its "< 2/3 >" switcher."""
@@ -129,6 +141,8 @@ def message_html(
     who = {"user": "You", "assistant": "Assistant", "system": "System"}.get(role, role)
     note_html = f' <span class="note">{html.escape(note)}</span>' if note else ""
     stats_html = f'<p class="stats">{html.escape(stats)}</p>' if stats else ""
+    if cites:
+        stats_html = f'<p class="stats">{html.escape(cites)}</p>' + stats_html
     return (
         f'<div class="msg {role}"><p class="who"><b>{who}</b>{note_html} &nbsp; '
         f'<span class="links">{" · ".join(links)}</span></p>{body_html}{stats_html}</div>'

@@ -92,7 +92,14 @@ class Attachment:
     id: int
     name: str  # the file's name
     text: str  # its text (a PDF's text layer)
-    tokens: int  # its length in the model's tokens when attached (an estimate for a server)
+    # its length in the model's tokens when attached; negative when it is an estimate from its
+    # characters (no tokenizer at hand: a server's model, or none loaded yet)
+    tokens: int
+
+    @property
+    def about(self) -> str:
+        """Its length as the window shows it: "1,234 tokens", "≈1,234 tokens" for an estimate."""
+        return f"≈{-self.tokens:,} tokens" if self.tokens < 0 else f"{self.tokens:,} tokens"
 
 
 @dataclass

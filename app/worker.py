@@ -66,17 +66,18 @@ class GenerationWorker(QObject):
             traceback.print_exc()
             self.load_failed.emit(str(e))
 
-    @Slot(list, dict, int)
-    def generate(self, messages: list, settings: dict, start: int = 0) -> None:
+    @Slot(list, dict, int, list)
+    def generate(self, messages: list, settings: dict, start: int = 0, documents=()) -> None:
         """Answers messages (role/content dicts) from the window's start so far (see
-        kwker.app.context_window)."""
+        kwker.app.context_window), with the conversation's documents ({name, text} dicts; see
+        kwker.app.documents)."""
         self._stop.clear()
         if self.backend is None:
             self.failed.emit("no model is loaded")
             return
         answer = None
         try:
-            answer = self.backend.answer(messages, settings, start)
+            answer = self.backend.answer(messages, settings, start, list(documents))
             self.window.emit(answer.start)
             reason = "stopped"
             for piece in answer:

@@ -34,7 +34,14 @@ from PySide6.QtWidgets import (
 
 from kwker.app import theme
 from kwker.app.conversation_model import ConversationListModel, IdRole
-from kwker.app.render import SOURCE_NAMES, add_run, markdown_html, message_html, stats_line
+from kwker.app.render import (
+    SOURCE_NAMES,
+    add_run,
+    citations,
+    markdown_html,
+    message_html,
+    stats_line,
+)
 from kwker.app.settings import DEFAULTS, LOAD_KEYS, load_options
 from kwker.app.store import Store
 from kwker.app.views.settings_panel import SettingsPanel, split_values
@@ -71,7 +78,8 @@ class ChatInput(QPlainTextEdit):
 
 class MainWindow(QMainWindow):
     request_load = Signal(dict)
-    request_generate = Signal(list, dict, int)  # messages, settings, the window's start so far
+    # messages, settings, the window's start so far, the documents ({name, text})
+    request_generate = Signal(list, dict, int, list)
 
     def __init__(self, store: Store, model: str | None = None):
         super().__init__()
@@ -201,6 +209,18 @@ class MainWindow(QMainWindow):
         tools.addWidget(export_md)
         tools.addWidget(export_json)
         cl.addLayout(tools)
+        self.attach_button = QPushButton("Attach…")
+        self.attach_button.setAccessibleName("attach documents")
+        self.attach_button.setToolTip(
+            "Text, Markdown, PDF and source files: the answers use them (or drop them here)"
+        )
+        self.attach_button.clicked.connect(self._attach_dialog)
+        self.attachments_row = QHBoxLayout()
+        docs = QHBoxLayout()
+        docs.addWidget(self.attach_button)
+        docs.addLayout(self.attachments_row)
+        docs.addStretch(1)
+        cl.addLayout(docs)
         inrow = QHBoxLayout()
         inrow.addWidget(self.input, 1)
         inrow.addWidget(self.send_button)
@@ -300,6 +320,7 @@ class MainWindow(QMainWindow):
                 "context)"
             )
         self.settings_panel.set_draft_choices(self._draft_candidates())
+        self._show_attachments()  # whether they fit this model's context
         self.input.setFocus()  # ready: the next keystrokes are the user's message
 
     def _on_load_failed(self, msg: str):
@@ -369,6 +390,7 @@ class MainWindow(QMainWindow):
         self.settings_panel.show_values(self.settings, conv.overrides)
         self.conv_model.reload()
         self._select_current()
+        self._show_attachments()
         self._render_history()
 
     def _select_current(self):
@@ -413,6 +435,84 @@ class MainWindow(QMainWindow):
         )
         if path:
             self.export_to(path, fmt)
+
+    # -------------------------------------------------------------------------------------------- documents
+    def attach(self, paths: list[str]) -> list[str]:
+        """Attaches documents to the conversation (kwker.app.documents reads them); a file that
+        cannot be read is named in the status bar, the others are attached. Returns the names of
+        the attached."""
+        from kwker.app.documents import DocumentError, read_document
+
+        done, refused = [], []
+        for path in paths:
+            try:
+                text = read_document(path)
+            except (DocumentError, OSError) as e:
+                refused.append(str(e))
+                continue
+            self.store.add_attachment(self.cid, Path(path).name, text, self._count_tokens(text))
+            done.append(Path(path).name)
+        self._show_attachments()
+        if refused:
+            self.status.setText("Not attached: " + "; ".join(refused))
+        elif done:
+            self.status.setText(f"Attached {', '.join(done)}: the next answers use it")
+        return done
+
+    def _count_tokens(self, text: str) -> int:
+        """text's length in the loaded model's tokens (4 characters a token for a server's, or
+        before a model loaded: an estimate, shown as one)."""
+        tokenizer = self.worker.tokenizer
+        if tokenizer is None:
+            return -(len(text) // 4 + 1)  # negative: an estimate
+        return len(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def _attach_dialog(self):
+        paths, _ = QFileDialog.getOpenFileNames(
+            self, "Attach documents", "",
+            "Documents (*.txt *.md *.pdf *.py *.c *.cpp *.h *.js *.ts *.rs *.go *.java *.json "
+            "*.yaml *.toml *.html *.css *.sh);;All files (*)",
+        )  # fmt: skip
+        if paths:
+            self.attach(paths)
+
+    def _show_attachments(self):
+        """One chip per attached document: its name, how many tokens it takes (and whether it
+        can go in whole), and a button that detaches it."""
+        from kwker.app.context_window import answer_reserve
+
+        while self.attachments_row.count():
+            widget = self.attachments_row.takeAt(0).widget()
+            widget.hide()
+            widget.deleteLater()
+        attachments = self.store.attachments(self.cid)
+        context = (self.model_info or {}).get("context_length") or 0
+        room = context - answer_reserve(context, int(self.effective_settings()["max_new_tokens"]))
+        by_parts = bool(context) and sum(abs(a.tokens) for a in attachments) > room
+        for a in attachments:
+            chip = QLabel(f"📄 {a.name} · {a.about}" + (" · by parts" if by_parts else ""))
+            chip.setTextFormat(Qt.PlainText)
+            chip.setObjectName("chip")
+            chip.setAccessibleName(f"attached {a.name}, {a.about}")
+            chip.setToolTip(
+                f"The documents are larger than the context of {context:,} tokens: each answer "
+                "gets the parts that match the question best (BM25), and cites them"
+                if by_parts
+                else "The whole text goes into each answer's prompt while the chat leaves room; "
+                "else the parts that match the question best"
+            )
+            remove = QPushButton("✕")
+            remove.setFlat(True)
+            remove.setMaximumWidth(28)
+            remove.setAccessibleName(f"detach {a.name}")
+            remove.setToolTip(f"Detach {a.name}")
+            remove.clicked.connect(lambda _=False, aid=a.id: self.detach(aid))
+            self.attachments_row.addWidget(chip)
+            self.attachments_row.addWidget(remove)
+
+    def detach(self, aid: int) -> None:
+        self.store.remove_attachment(aid)
+        self._show_attachments()
 
     # --------------------------------------------------------------------------------------------- generation
     def send_or_stop(self):
@@ -480,7 +580,8 @@ class MainWindow(QMainWindow):
         self.messages = self.store.messages(self.cid)
         self._render_history()
         self.stats.start()
-        self.request_generate.emit(history, self.effective_settings(), start)
+        documents = [{"name": a.name, "text": a.text} for a in self.store.attachments(self.cid)]
+        self.request_generate.emit(history, self.effective_settings(), start, documents)
 
     def _on_window(self, start: int):
         """The worker's rolling window starts at message `start` of the answered history."""
@@ -575,7 +676,7 @@ class MainWindow(QMainWindow):
                 message_html(
                     i, m.role, self._message_body(m, blocks), editable=True,
                     note=note, stats=stats_line(m.stats) if m.role == "assistant" else "",
-                    version=(m.version, m.versions),
+                    version=(m.version, m.versions), cites=citations(m.stats.get("documents", [])),
                 )
             )  # fmt: skip
         self.legend.setVisible(self.settings["tint_speculation"])
@@ -656,21 +757,32 @@ class MainWindow(QMainWindow):
         super().closeEvent(event)
 
     # ---- drag and drop: a .gguf file or a model folder dropped on the window is imported where it
-    # is and becomes the chat's model
+    # is and becomes the chat's model; documents (text, PDF, source files) are attached to the chat
     def _enable_drops(self):
         self.setAcceptDrops(True)
 
     @staticmethod
-    def _dropped_model(event) -> str | None:
+    def _dropped_paths(event) -> list[Path]:
+        if not event.mimeData().hasUrls():
+            return []
+        return [Path(u.toLocalFile()) for u in event.mimeData().urls() if u.isLocalFile()]
+
+    @classmethod
+    def _dropped_model(cls, event) -> str | None:
         """The first dropped local path that may be a model (a .gguf file or a folder)."""
-        for url in event.mimeData().urls() if event.mimeData().hasUrls() else ():
-            path = Path(url.toLocalFile())
-            if url.isLocalFile() and (path.is_dir() or path.suffix.lower() == ".gguf"):
+        for path in cls._dropped_paths(event):
+            if path.is_dir() or path.suffix.lower() == ".gguf":
                 return str(path)
         return None
 
+    @classmethod
+    def _dropped_documents(cls, event) -> list[str]:
+        from kwker.app.documents import attachable
+
+        return [str(p) for p in cls._dropped_paths(event) if p.is_file() and attachable(p)]
+
     def dragEnterEvent(self, event):  # noqa: N802
-        if self._dropped_model(event) is not None:
+        if self._dropped_model(event) is not None or self._dropped_documents(event):
             event.acceptProposedAction()
         else:
             event.ignore()
@@ -678,6 +790,11 @@ class MainWindow(QMainWindow):
     def dropEvent(self, event):  # noqa: N802
         from kwker.app.views.model_picker import describe_error, import_model
 
+        documents = self._dropped_documents(event)
+        if documents:
+            event.acceptProposedAction()
+            self.attach(documents)
+            return
         path = self._dropped_model(event)
         if path is None:
             event.ignore()

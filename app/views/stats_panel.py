@@ -20,6 +20,11 @@ SPEEDUP_TIP = (
 SERVER_FIGURES = "reported by the server (Kwker)"
 CLIENT_FIGURES = "measured by this app from the streamed tokens: this server reports no figures"
 NO_SPEEDUP_TIP = "This server does not report how its tokens were decoded: no speedup to show."
+ALL_SPECULATED_TIP = (
+    "Every step of this answer verified tokens that speculation proposed (an answer that quotes "
+    "its prompt, a document say): there is no plain one-token step in it to measure against. "
+    "The exactness split view (Compare…) times plain decoding on the same prompt."
+)
 
 
 class RateChart(QWidget):
@@ -82,6 +87,9 @@ class StatsPanel(QWidget):
         self.measured = QLabel("–")
         self.measured.setWordWrap(True)
         self.measured.setAccessibleName("who measured these figures")
+        self.documents = QLabel("–")
+        self.documents.setWordWrap(True)
+        self.documents.setAccessibleName("documents in the prompt")
         self.chart = RateChart()
         form = QFormLayout()
         form.addRow("Generation", self.rate)
@@ -94,6 +102,8 @@ class StatsPanel(QWidget):
         form.addRow("Model", self.model)
         form.addRow("Figures", self.measured)
         form.setRowVisible(self.measured, False)  # shown for a server's model
+        form.addRow("Documents", self.documents)
+        form.setRowVisible(self.documents, False)  # shown for an answer from documents
         self.form = form
         layout = QVBoxLayout(self)
         layout.addLayout(form)
@@ -123,6 +133,7 @@ class StatsPanel(QWidget):
 
     def update_stats(self, s: dict, final: bool = False) -> None:
         """s: a generation's statistics so far (final: the finished answer's)."""
+        self._documents(s.get("documents", []))
         if s.get("measured") == "client":
             self._client_figures(s)
             return
@@ -136,6 +147,12 @@ class StatsPanel(QWidget):
         speedup, plain = s.get("speedup"), s.get("plain_steps", 0)
         if speedup is not None and (final or s.get("new_tokens", 0) >= SPEEDUP_MIN_TOKENS):
             self.speedup.setText(f"{speedup:.2f}×")
+            self.speedup.setToolTip(SPEEDUP_TIP)
+        elif final and s.get("steps") and not plain:
+            # no plain step to measure against: an answer that copied its prompt (a quoted
+            # document) from the first step to the last
+            self.speedup.setText("every step speculated")
+            self.speedup.setToolTip(ALL_SPECULATED_TIP)
         else:
             self.speedup.setText("measuring…" if not final else "–")
         if plain:
@@ -153,6 +170,23 @@ class StatsPanel(QWidget):
         for label, src in ((self.lookup, "lookup"), (self.draft, "draft")):
             prop, acc = s.get("proposed", {}).get(src, 0), s.get("accepted", {}).get(src, 0)
             label.setText(f"{acc} of {prop} ({acc / prop:.0%})" if prop else "–")
+
+    def _documents(self, cited: list[dict]) -> None:
+        """What of the attached documents the answer's prompt held (its speedup above is then
+        the one of answering from them: prompt lookup copies what the answer quotes)."""
+        self.form.setRowVisible(self.documents, bool(cited))
+        names: dict[str, list] = {}
+        for c in cited:
+            names.setdefault(c["name"], []).append(c)
+        lines = []
+        for name, parts in names.items():
+            tokens = sum(c["tokens"] for c in parts)
+            if parts[0]["part"] == 0:
+                lines.append(f"{name}: whole, {tokens:,} tokens")
+            else:
+                which = ", ".join(str(c["part"]) for c in parts)
+                lines.append(f"{name}: parts {which} of {parts[0]['parts']}, {tokens:,} tokens")
+        self.documents.setText("\n".join(lines) or "–")
 
     def _client_figures(self, s: dict) -> None:
         """A server that reports nothing: what this app saw of its stream, and no speedup."""
