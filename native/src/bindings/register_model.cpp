@@ -192,6 +192,40 @@ py::array_t<int32_t> step(Model& m, py::object tokens_arg, py::object slots_arg,
   return argmax;
 }
 
+// tokens: [T] the catch-up; returns the k proposed tokens [k] (Model::propose).
+py::array_t<int32_t> propose(Model& m, py::object tokens_arg, int slot, int start, int k,
+                             bool subset) {
+  const std::vector<int32_t> tokens = id_vector(tokens_arg, "tokens");
+  const int T = int(tokens.size());
+  if (T < 1 || T > m.max_step_tokens())
+    throw std::invalid_argument("a step takes 1.." + std::to_string(m.max_step_tokens()) +
+                                " tokens, got " + std::to_string(T));
+  if (k < 1) throw std::invalid_argument("a proposal has at least 1 token");
+  if (slot < 0 || slot >= m.n_slots())
+    throw std::invalid_argument("slot " + std::to_string(slot) + " out of range");
+  // the last proposed token is not run: positions up to start + T + k - 2
+  if (start < 0 || int64_t(start) + T + k - 1 > m.max_cache_len())
+    throw std::invalid_argument("a proposal past the cache of " +
+                                std::to_string(m.max_cache_len()));
+  for (int t = 0; t < T; t++)
+    if (tokens[t] < 0 || tokens[t] >= m.config().vocab)
+      throw std::invalid_argument("token id " + std::to_string(tokens[t]) +
+                                  " outside the vocabulary");
+  py::array_t<int32_t> out(k);
+  int32_t* o = out.mutable_data();
+  {
+    py::gil_scoped_release release;
+    m.propose(tokens.data(), T, slot, start, k, subset, o);
+  }
+  return out;
+}
+
+void set_head_subset(Model& m, py::object ids_arg) {
+  const std::vector<int32_t> ids = id_vector(ids_arg, "ids");
+  py::gil_scoped_release release;
+  m.set_head_subset(ids.data(), int(ids.size()));
+}
+
 }  // namespace
 
 void register_model(py::module_& mod) {
@@ -211,6 +245,10 @@ void register_model(py::module_& mod) {
       .def("check_complete", &Model::check_complete)
       .def("step", &step, py::arg("tokens"), py::arg("slots"), py::arg("positions"),
            py::arg("out_rows"))
+      .def("propose", &propose, py::arg("tokens"), py::arg("slot"), py::arg("start"), py::arg("k"),
+           py::arg("subset") = false)
+      .def("set_head_subset", &set_head_subset, py::arg("ids"))
+      .def_property_readonly("head_subset_size", &Model::head_subset_size)
       .def(
           "logits",
           [](py::object self, int rows) {

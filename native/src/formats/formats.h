@@ -124,6 +124,9 @@ void pack_panels(const void* src, WType t, int n, int k, void* dst);
 // The rows of panels [p0, p1) only, into a zeroed dst (panels are independent: threads can share
 // the work). src holds those rows only: its first row is row p0 * kPanel of the matrix.
 void pack_panel_range(const void* src, WType t, int n, int k, void* dst, int p0, int p1);
+// Copies row rs of a packed matrix into row rd of another of the same type and width kp, bit for
+// bit (a subset of a matrix's rows packed as the matrix is: its dot products are the same bits).
+void copy_panel_row(const void* src, int rs, void* dst, int rd, WType t, int kp);
 // Element (r, c) of a packed matrix, as the kernels see it (dequantized).
 float panel_value(const void* packed, WType t, int kp, int r, int c);
 // Index of element (r, c) in a float-format packed matrix.

@@ -197,6 +197,40 @@ void pack_panels(const void* src, WType t, int n, int k, void* dst) {
   pack_panel_range(src, t, n, k, dst, 0, pad_to(n, kPanel) / kPanel);
 }
 
+void copy_panel_row(const void* src, int rs, void* dst, int rd, WType t, int kp) {
+  if (t == WType::Q8) {
+    for (int c = 0; c < kp; c += kQBlock) {
+      const BlockQ8* a = block_at<BlockQ8>(src, kp, rs, c);
+      BlockQ8* b = block_at<BlockQ8>(dst, kp, rd, c);
+      b->scale[rd % kPanel] = a->scale[rs % kPanel];
+      for (int g = 0; g < kQBlock / kQGroup; g++)
+        std::memcpy(b->q[g][rd % kPanel], a->q[g][rs % kPanel], kQGroup);
+    }
+    return;
+  }
+  if (t == WType::Q4) {
+    // a byte holds rows r and r + 8 of a panel (low and high nibble): only this row's nibble moves
+    const int sh_a = rs % kPanel / (kPanel / 2) * 4, sh_b = rd % kPanel / (kPanel / 2) * 4;
+    for (int c = 0; c < kp; c += kQBlock) {
+      const BlockQ4* a = block_at<BlockQ4>(src, kp, rs, c);
+      BlockQ4* b = block_at<BlockQ4>(dst, kp, rd, c);
+      b->scale[rd % kPanel] = a->scale[rs % kPanel];
+      b->min[rd % kPanel] = a->min[rs % kPanel];
+      for (int g = 0; g < kQBlock / kQGroup; g++)
+        for (int e = 0; e < kQGroup; e++) {
+          const uint8_t q = (a->q[g][rs % (kPanel / 2)][e] >> sh_a) & 0xF;
+          uint8_t& byte = b->q[g][rd % (kPanel / 2)][e];
+          byte = uint8_t((byte & ~(0xF << sh_b)) | (q << sh_b));
+        }
+    }
+    return;
+  }
+  const size_t size = wtype_size(t);
+  for (int c = 0; c < kp; c++)
+    std::memcpy(static_cast<char*>(dst) + panel_index(rd, c, kp) * size,
+                static_cast<const char*>(src) + panel_index(rs, c, kp) * size, size);
+}
+
 void pack_panel_range(const void* src, WType t, int n, int k, void* dst, int p0, int p1) {
   const int kp = pad_to(k), r0 = p0 * kPanel, r1 = std::min(n, p1 * kPanel);
   if (wtype_quantized(t)) {

@@ -592,8 +592,51 @@ void Model::step(const int32_t* tokens, const int32_t* slots, const int32_t* pos
                  const int32_t* out_rows, int R, int32_t* argmax) {
   std::lock_guard<std::mutex> lock(mu_);
   check_complete_locked();
+  step_locked(tokens, slots, positions, T, out_rows, R, argmax,
+              cfg_.tied_embeddings ? embed_ : lm_head_, nullptr);
+}
+
+void Model::propose(const int32_t* tokens, int T, int slot, int start, int k, bool subset,
+                    int32_t* out) {
+  std::lock_guard<std::mutex> lock(mu_);
+  check_complete_locked();
+  if (subset && subset_head_.n == 0) throw std::runtime_error("no head subset was set");
+  const Matrix& head = subset ? subset_head_ : (cfg_.tied_embeddings ? embed_ : lm_head_);
+  const int32_t* ids = subset ? subset_ids_.data() : nullptr;
+  std::vector<int32_t> slots(T, slot), positions(T);  // [T]
+  for (int t = 0; t < T; t++) positions[t] = start + t;
+  const int32_t last = T - 1;
+  step_locked(tokens, slots.data(), positions.data(), T, &last, 1, out, head, ids);
+  for (int i = 1; i < k; i++) {
+    const int32_t zero = 0, pos = start + T + i - 1;
+    step_locked(out + i - 1, &slot, &pos, 1, &zero, 1, out + i, head, ids);
+  }
+}
+
+void Model::set_head_subset(const int32_t* ids, int n) {
+  std::lock_guard<std::mutex> lock(mu_);
+  check_complete_locked();
+  const Matrix& head = cfg_.tied_embeddings ? embed_ : lm_head_;
+  if (n < 1 || n > cfg_.vocab)
+    throw std::invalid_argument("a head subset takes 1.." + std::to_string(cfg_.vocab) + " ids");
+  std::vector<char> seen(cfg_.vocab, 0);
+  for (int i = 0; i < n; i++) {
+    if (ids[i] < 0 || ids[i] >= cfg_.vocab || seen[ids[i]])
+      throw std::invalid_argument("head subset ids must be distinct tokens of the vocabulary");
+    seen[ids[i]] = 1;
+  }
+  std::vector<float> bias(head.bias_ptr() ? n : 0);  // [n]
+  for (size_t i = 0; i < bias.size(); i++) bias[i] = head.bias_ptr()[ids[i]];
+  // new weight space each time (not reused, as for the weights): set once per decoder
+  place(subset_head_, head.type, n, head.k, bias.empty() ? nullptr : bias.data());
+  for (int i = 0; i < n; i++) copy_panel_row(head.w, ids[i], subset_head_.w, i, head.type, head.kp);
+  subset_ids_.assign(ids, ids + n);
+}
+
+void Model::step_locked(const int32_t* tokens, const int32_t* slots, const int32_t* positions,
+                        int T, const int32_t* out_rows, int R, int32_t* argmax, const Matrix& head,
+                        const int32_t* head_ids) {
   const Config& c = cfg_;
-  const Matrix& head = c.tied_embeddings ? embed_ : lm_head_;
   const int group = c.n_head / c.n_kv_head;
   float* x = x_.as<float>();
   float* xn = xn_.as<float>();
@@ -674,9 +717,9 @@ void Model::step(const int32_t* tokens, const int32_t* slots, const int32_t* pos
     for (int r = r0; r < r1; r++) {
       const float* lr = logits_.as<float>() + size_t(r) * vocab_stride();
       int best = 0;
-      for (int i = 1; i < c.vocab; i++)
+      for (int i = 1; i < head.n; i++)
         if (lr[i] > lr[best]) best = i;
-      argmax[r] = best;
+      argmax[r] = head_ids ? head_ids[best] : best;
     }
   });
 }

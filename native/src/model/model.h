@@ -93,6 +93,18 @@ class Model {
   void step(const int32_t* tokens, const int32_t* slots, const int32_t* positions, int T,
             const int32_t* out_rows, int R, int32_t* argmax);
 
+  // A greedy proposal of k tokens for one slot in one call (a draft's proposal, without k round
+  // trips through the caller): a step over the T tokens at positions start.., the argmax of its
+  // last row, then k - 1 one-token steps, each of the previous argmax. With `subset`, each argmax
+  // is taken over the head rows set_head_subset chose (fewer rows to read; the caller's fallback is
+  // the full head). Leaves the K/V of the T tokens and the first k - 1 proposed ones in the cache,
+  // as the steps would. out: [k] tokens.
+  void propose(const int32_t* tokens, int T, int slot, int start, int k, bool subset, int32_t* out);
+  // The rows of the head a subset proposal reads: ids [n] of the vocabulary (distinct), copied bit
+  // for bit from the loaded head, so that each of their logits is the full head's.
+  void set_head_subset(const int32_t* ids, int n);
+  int head_subset_size() const { return subset_head_.n; }
+
   const float* logits() const { return logits_.as<float>(); }  // [R, vocab_stride]
   int vocab_stride() const { return pad_to(cfg_.vocab); }
   const Config& config() const { return cfg_; }
@@ -132,6 +144,11 @@ class Model {
                    bool accumulate, int tid);
 
   void check_complete_locked();
+  // step's work, with mu_ held: the head's rows give the logits, and head_ids (null: row i is token
+  // i) the token of each row
+  void step_locked(const int32_t* tokens, const int32_t* slots, const int32_t* positions, int T,
+                   const int32_t* out_rows, int R, int32_t* argmax, const Matrix& head,
+                   const int32_t* head_ids);
   // The matrix `name` names and its shape [*want_n, *want_k] (nullptr for no such name).
   Matrix* find_matrix(const std::string& name, int* want_n, int* want_k);
   // The matrix `name` names, after checking that [n, k] is its shape (throws otherwise).
@@ -156,6 +173,8 @@ class Model {
   size_t chunk_used_ = 0;
 
   Matrix embed_, lm_head_;
+  Matrix subset_head_;               // [n, n_embd]: the head rows of subset_ids_, for proposals
+  std::vector<int32_t> subset_ids_;  // [n]
   Buffer final_norm_;
   std::vector<Layer> layers_;
   int rope_half_;               // rope_dim / 2

@@ -1,0 +1,100 @@
+"""Model.propose (a draft's k greedy steps in one native call) and the head subset it can read: the
+same tokens as k separate steps, the same cache, and each subset logit the full head's bits, on every
+ISA and format."""
+
+import numpy as np
+import pytest
+import torch
+from helpers import tiny_llama
+
+from kwker import _native
+from kwker.decode import KwkDecoder
+
+ISAS = [i for i in ("generic", "avx2", "avx512", "avx512-emulated") if _native.isa_supported(i)]
+PROMPT = torch.randint(0, 1000, (13,), generator=torch.Generator().manual_seed(5)).tolist()
+
+
+def steps_one_by_one(dec, prompt, k):
+    """k greedy tokens after prompt, one native step each (the reference)."""
+    dec.reset()
+    runner = dec.runner
+    with runner.hold():
+        slot = runner.acquire(0)
+        try:
+            out, feed, at = [], list(prompt), 0
+            while len(out) < k:
+                out.append(runner.extend_slot(slot, at, feed, logits=False).argmax[-1])
+                feed, at = out[-1:], at + len(feed)
+        finally:
+            runner.release(slot)
+    return out
+
+
+def propose(dec, prompt, k, subset=False, reuse=0):
+    runner = dec.runner
+    with runner.hold():
+        slot = runner.acquire(0)
+        try:
+            runner.trim(slot, runner.cached_len(slot) - reuse)
+            out = runner.propose_greedy(slot, reuse, prompt[reuse:], k, subset=subset)
+            assert runner.cached_len(slot) == len(prompt) + k - 1  # the last is not run
+            return out
+        finally:
+            runner.release(slot)
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("precision", [None, "bf16", "fp16", "balanced", "int4"])
+@pytest.mark.parametrize("tied", [True, False])
+def test_propose_gives_the_steps_tokens_and_the_subset_the_full_heads_bits(
+    isa, precision, tied, monkeypatch
+):
+    monkeypatch.setenv("KWKER_ISA", isa)
+    model = tiny_llama(hidden=96, heads=3, kv_heads=1, inter=128, tied=tied)
+    dec = KwkDecoder(model, max_cache_len=64, precision=precision, threads=2)
+    assert dec.isa == isa
+    want = steps_one_by_one(dec, PROMPT, 7)
+    dec.reset()
+    assert propose(dec, PROMPT, 7) == want
+    # after a rollback: a catch-up of 3 tokens on a cache that holds the first 10
+    assert propose(dec, PROMPT, 7, reuse=10) == want
+    full = dec.forward(PROMPT + want[:3]).numpy()  # (T, vocab) the full head's logits
+    ids = np.sort(np.random.default_rng(1).choice(1000, 300, replace=False)).astype(np.int32)
+    dec.runner.set_head_subset(ids)
+    assert dec.runner.head_subset_size == 300
+    dec.reset()
+    got = propose(dec, PROMPT, 4, subset=True)
+    rows = [full[len(PROMPT) - 1 + i] for i in range(4)]
+    # each token is the argmax over the subset of the full head's logits after the tokens before it:
+    # the same bits, so the same argmax (ties to the first, in the subset's order)
+    expect, prefix = [], list(PROMPT)
+    for _ in range(4):
+        logits = dec.forward(prefix).numpy()[-1]
+        expect.append(int(ids[np.argmax(logits[ids])]))
+        prefix.append(expect[-1])
+    assert got == expect
+    # the logits the subset step leaves are the full head's at those ids, bit for bit
+    dec.reset()
+    propose(dec, PROMPT, 1, subset=True)
+    left = dec.runner._step.logits(1)[0, :300]
+    assert np.array_equal(left, rows[0][ids])
+
+
+def test_bad_proposals_and_subsets_are_refused():
+    model = tiny_llama(hidden=64, heads=2, kv_heads=1, inter=64)
+    dec = KwkDecoder(model, max_cache_len=32)
+    m = dec.runner._step
+    with pytest.raises(RuntimeError, match="subset"):
+        m.propose(np.array([1, 2], np.int32), 0, 0, 2, True)  # no subset set
+    for bad in ([], [1, 1], [-1], [1000]):
+        with pytest.raises(ValueError):
+            m.set_head_subset(np.array(bad, np.int32))
+    with pytest.raises(ValueError):
+        m.propose(np.array([1, 2], np.int32), 0, 30, 4)  # past the cache
+    with pytest.raises(ValueError):
+        m.propose(np.array([1, 2000], np.int32), 0, 0, 2)
+    with pytest.raises(ValueError):
+        m.propose(np.array([1, 2], np.int32), 3, 0, 2)  # no such slot
+    with pytest.raises(ValueError):
+        m.propose(np.array([1, 2], np.int32), 0, 0, 0)
+    assert len(m.propose(np.array([1, 2], np.int32), 0, 0, 3)) == 3  # and it still proposes
