@@ -21,6 +21,7 @@ from PySide6.QtWidgets import (
     QLineEdit,
     QListView,
     QMainWindow,
+    QMenu,
     QMessageBox,
     QPlainTextEdit,
     QProgressBar,
@@ -194,10 +195,16 @@ class MainWindow(QMainWindow):
         self.regen_button = QPushButton("Regenerate")
         self.regen_button.setAccessibleName("regenerate last answer")
         self.regen_button.clicked.connect(self.regenerate)
-        export_md = QPushButton("Export Markdown")
-        export_md.clicked.connect(lambda: self._export_dialog("md"))
-        export_json = QPushButton("Export JSON")
-        export_json.clicked.connect(lambda: self._export_dialog("json"))
+        self.export_button = QPushButton("Export")
+        self.export_button.setAccessibleName("export the conversation")
+        export_menu = QMenu(self.export_button)
+        for fmt, label in (
+            ("md", "Markdown (the branch on screen)"),
+            ("json", "JSON (every branch, the model, the settings, the statistics)"),
+            ("html", "HTML page (to open in a browser)"),
+        ):
+            export_menu.addAction(label, lambda fmt=fmt: self._export_dialog(fmt))
+        self.export_button.setMenu(export_menu)
         center = QWidget()
         cl = QVBoxLayout(center)
         cl.addWidget(self.title)
@@ -206,8 +213,7 @@ class MainWindow(QMainWindow):
         tools = QHBoxLayout()
         tools.addWidget(self.regen_button)
         tools.addStretch(1)
-        tools.addWidget(export_md)
-        tools.addWidget(export_json)
+        tools.addWidget(self.export_button)
         cl.addLayout(tools)
         self.attach_button = QPushButton("Attach…")
         self.attach_button.setAccessibleName("attach documents")
