@@ -26,6 +26,12 @@ class GenerationWorker(QObject):
     # its text so far kept, the reason in the stats' "error"), final stats
     finished = Signal(str, dict)
     failed = Signal(str)
+    # the exactness split view (kwker.app.views.split_view): column (0 plain decoding,
+    # 1 speculation), text piece, token id; a column's final stats; a failure; the end of both
+    compare_chunk = Signal(int, str, int)
+    compare_done = Signal(int, dict)
+    compare_failed = Signal(str)
+    compare_finished = Signal()
 
     def __init__(self):
         super().__init__()
@@ -97,3 +103,31 @@ class GenerationWorker(QObject):
         except Exception as e:  # noqa: BLE001
             traceback.print_exc()
             self.failed.emit(str(e))
+
+    @Slot(list, dict, int)
+    def compare(self, messages: list, settings: dict, start: int = 0) -> None:
+        """Answers messages twice, one run after the other: plain decoding (no lookup, no draft),
+        then speculation (lookup, and the draft if one is loaded), with the same settings (and so
+        the same seed). A local model's only: a server decodes as it does."""
+        self._stop.clear()
+        try:
+            if self.backend is None or self.backend.remote:
+                raise RuntimeError("the split view needs a model loaded on this machine")
+            runs = ((0, {**settings, "lookup": False}, False), (1, settings, True))
+            for column, run_settings, draft in runs:
+                answer = self.backend.answer(messages, run_settings, start, draft=draft)
+                for piece in answer:
+                    self.compare_chunk.emit(column, piece.text, piece.token)
+                    if piece.finish_reason:
+                        break
+                    if self._stop.is_set():
+                        answer.close()
+                        break
+                self.compare_done.emit(column, answer.stats())
+                if self._stop.is_set():
+                    break
+        except Exception as e:  # noqa: BLE001  (said in the split view)
+            traceback.print_exc()
+            self.compare_failed.emit(str(e))
+        finally:
+            self.compare_finished.emit()

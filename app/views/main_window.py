@@ -104,12 +104,14 @@ class MainWindow(QMainWindow):
         self.worker.chunk.connect(self._on_chunk)
         self.worker.finished.connect(self._on_finished)
         self.worker.failed.connect(self._on_failed)
+        self.worker.compare_finished.connect(lambda: setattr(self, "comparing", False))
         self.thread_.start()
 
         self.model_info: dict | None = None
         self.cid: int | None = None
         self.messages = []
         self.generating = False
+        self.comparing = False  # the exactness split view's two runs hold the worker
         self.stream_cid = self.stream_mid = None
         self.stream_history_ids: list[int] = []  # the ids of the messages the answer was asked from
         self.stream_text = ""
@@ -195,6 +197,13 @@ class MainWindow(QMainWindow):
         self.regen_button = QPushButton("Regenerate")
         self.regen_button.setAccessibleName("regenerate last answer")
         self.regen_button.clicked.connect(self.regenerate)
+        self.compare_button = QPushButton("Compare…")
+        self.compare_button.setAccessibleName("exactness split view")
+        self.compare_button.setToolTip(
+            "Answer a prompt by plain decoding and by speculation, side by side, and compare the "
+            "tokens (a model on this machine only)"
+        )
+        self.compare_button.clicked.connect(self.open_compare)
         self.export_button = QPushButton("Export")
         self.export_button.setAccessibleName("export the conversation")
         export_menu = QMenu(self.export_button)
@@ -212,6 +221,7 @@ class MainWindow(QMainWindow):
         cl.addWidget(self.legend)
         tools = QHBoxLayout()
         tools.addWidget(self.regen_button)
+        tools.addWidget(self.compare_button)
         tools.addStretch(1)
         tools.addWidget(self.export_button)
         cl.addLayout(tools)
@@ -326,6 +336,8 @@ class MainWindow(QMainWindow):
                 "context)"
             )
         self.settings_panel.set_draft_choices(self._draft_candidates())
+        # a server decodes as it does: there is no plain run of it to set beside speculation
+        self.compare_button.setVisible(not info["server"])
         self._show_attachments()  # whether they fit this model's context
         self.input.setFocus()  # ready: the next keystrokes are the user's message
 
@@ -368,6 +380,16 @@ class MainWindow(QMainWindow):
         if self.settings["server_url"] == url:
             changes.update(server_url="", server_model="")
         self._switch_model(**changes)
+
+    def open_compare(self):
+        """The exactness split view on the loaded local model (None for a server's)."""
+        from kwker.app.views.split_view import SplitView
+
+        if self.model_info is None or self.model_info["server"]:
+            return None
+        self.split_view = SplitView(self)
+        self.split_view.show()
+        return self.split_view
 
     def open_about(self):
         from kwker.app.views.about import AboutDialog
@@ -529,7 +551,7 @@ class MainWindow(QMainWindow):
 
     def send(self, text: str) -> bool:
         text = text.strip()
-        if not text or self.generating or self.model_info is None:
+        if not text or self.generating or self.comparing or self.model_info is None:
             return False
         if self.editing_index is not None:
             # the edited message becomes a new version of it: a branch off its parent, the old
@@ -545,7 +567,7 @@ class MainWindow(QMainWindow):
         return True
 
     def regenerate(self):
-        if self.generating or self.model_info is None or not self.messages:
+        if self.generating or self.comparing or self.model_info is None or not self.messages:
             return
         last = self.messages[-1]
         if last.role == "assistant":  # a new version of it: the others are kept
