@@ -406,3 +406,71 @@ def test_a_speculator_that_always_proposes_still_takes_reference_plain_steps():
         spec.feedback(source, len(cands), len(cands), len(cands) + 1, 0.004, None)
     gap, n = Speculator.REFERENCE_GAP, Speculator.REFERENCE_STEPS
     assert plain_at == [gap * (i + 1) + i for i in range(n)]
+
+
+@pytest.fixture(scope="module")
+def smollm2_pair(smollm2):
+    """The real SmolLM2-135M and a draft of its first 8 layers (same tokenizer, its final norm and head), int4."""
+    import copy
+
+    model, tokenizer = smollm2
+    small = copy.deepcopy(model)
+    small.model.layers = small.model.layers[:8]
+    small.config.num_hidden_layers = 8
+    dec = KwkDecoder(model, max_cache_len=512, precision="int4", tokenizer=tokenizer)
+    draft = KwkDecoder(small, max_cache_len=512, precision="int4", tokenizer=tokenizer)
+    return dec, draft, tokenizer
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", [None, 0])
+def test_real_model_same_text_with_each_new_mechanism(smollm2_pair, seed, monkeypatch):
+    """Greedy and seeded sampling on the real SmolLM2: the same tokens with the suffix lookup, the draft's
+    proposals in one native call or step by step, and its pruned head (8192 of 49152 rows here)."""
+    from kwker.runner import Runner
+    from kwker.speculative import DraftProposer
+
+    dec, draft, tokenizer = smollm2_pair
+    text = (
+        "Fix the typos and return the whole paragraph: The quick brwon fox jumpd over the lazy dog. "
+        "It was a sunny day and the fox was verry happy."
+    )
+    ids = tokenizer.apply_chat_template(
+        [{"role": "user", "content": text}], add_generation_prompt=True
+    )
+    ids = list(ids["input_ids"] if hasattr(ids, "keys") else ids)
+
+    def gen(**kw):
+        sampling = {}
+        if seed is not None:
+            sampling = dict(
+                do_sample=True, temperature=0.8, generator=torch.Generator().manual_seed(seed)
+            )
+        dec.reset()
+        out = dec.generate(torch.tensor([ids]), max_new_tokens=40, **sampling, **kw)
+        return out, dec.last_stats
+
+    plain, _ = gen(lookup=0)
+    # (head rows, proposals in one native call): the step-by-step proposal only greedy, for time
+    combos = [(0, True), (8192, True)] + ([(0, False)] if seed is None else [])
+    for subset, native in combos:
+        monkeypatch.setattr(DraftProposer, "HEAD_SUBSET", subset)
+        if not native:  # the proposal step by step, as before Model.propose
+            monkeypatch.setattr(Runner, "propose_greedy", _steps_propose)
+        out, stats = gen(lookup=0, draft=draft)
+        assert torch.equal(out, plain), (subset, native)
+        assert stats.proposed.get("draft", 0) > 0
+        assert torch.equal(gen(draft=draft)[0], plain), (subset, native)
+        monkeypatch.undo()
+    assert draft.runner.head_subset_size >= 8192  # the pruned head was set (and its special tokens)
+    out, stats = gen()  # the suffix lookup alone
+    assert torch.equal(out, plain) and stats.proposed.get("lookup", 0) > 0
+
+
+def _steps_propose(self, slot, start, tokens, k, subset=False):
+    assert not subset
+    out, feed, at = [], list(tokens), start
+    while len(out) < k:
+        out.append(self.extend_slot(slot, at, feed, logits=False).argmax[-1])
+        feed, at = out[-1:], at + len(feed)
+    return out

@@ -107,16 +107,20 @@ def batch_scaling_lines(rows: list[dict]) -> list[str]:
 
 
 SPECULATIVE_HEADER = [
-    "| task | mode | tokens/s median | speedup | tokens per step | accepted |",
-    "|---|---|---|---|---|---|",
+    "| task | mode | tokens/s median | speedup | tokens per step | accepted | draft token cost |",
+    "|---|---|---|---|---|---|---|",
 ]
 
 
-def speculative_row(task: str, mode: str, median: float, base: float, stats) -> str:
+def speculative_row(
+    task: str, mode: str, median: float, base: float, stats, draft_cost: float | None = None
+) -> str:
+    """draft_cost: the draft's time per proposed token over a plain target step (median runs)."""
     accepted = {k: f"{v}/{stats.proposed[k]}" for k, v in stats.accepted.items()}
+    cost = "-" if draft_cost is None else f"{draft_cost:.3f}"
     return (
         f"| {task} | {mode} | {median:.1f} | {median / base:.2f}x | {stats.tokens_per_step:.2f} | "
-        f"{accepted or '-'} |"
+        f"{accepted or '-'} | {cost} |"
     )
 
 

@@ -111,24 +111,34 @@ def time_modes(dec, ids, modes: dict, max_new_tokens: int, repeats: int, task: s
     """Median tokens/s of each mode on one prompt (modes alternate, so that machine drifts hit all alike),
     after checking that every mode gave plain decoding's tokens."""
     rates, outputs, stats = {m: [] for m in modes}, {}, {}
+    # the draft's seconds per proposed token, each run's over that run's plain steps
+    draft_costs: dict[str, list[float]] = {m: [] for m in modes}
+    plain_steps: list[float] = []
     for _ in range(repeats):
         for mode, kw in modes.items():
             dec.reset()
             outputs[mode] = dec.generate(ids, max_new_tokens=max_new_tokens, **kw)
-            stats[mode] = dec.last_stats
-            rates[mode].append(stats[mode].tokens_per_s)
+            stats[mode] = s = dec.last_stats
+            rates[mode].append(s.tokens_per_s)
+            if mode == "plain":
+                plain_steps.append(s.plain_step_s)
+            if s.proposed.get("draft"):
+                draft_costs[mode].append(s.draft_s / s.proposed["draft"])
     for mode in modes:
         if not np.array_equal(np.asarray(outputs[mode]), np.asarray(outputs["plain"])):
             raise AssertionError(f"{mode} changed the output of task {task}")
     base = statistics.median(rates["plain"])
+    step = statistics.median(plain_steps)
     rows = {}
     for mode in modes:
         median = statistics.median(rates[mode])
-        out(report.speculative_row(task, mode, median, base, stats[mode]))
+        cost = statistics.median(draft_costs[mode]) / step if draft_costs[mode] else None
+        out(report.speculative_row(task, mode, median, base, stats[mode], cost))
         rows[mode] = {
             "tokens_per_s": median,
             "speedup": median / base,
             "tokens_per_step": stats[mode].tokens_per_step,
+            "draft_token_cost": cost,
         }
     return rows
 
