@@ -71,7 +71,7 @@ def test_matmul_rows_are_batch_invariant(isa, wtype, m):
 
 @pytest.mark.parametrize("isa", ISAS)
 @pytest.mark.parametrize("wtype", list(WTYPES))
-@pytest.mark.parametrize("m", [1, 2, 5])
+@pytest.mark.parametrize("m", [1, 2, 5, 8])
 def test_matmul_panel_ranges_give_the_whole_calls_bits(isa, wtype, m):
     """A call over panels [p0, p1) (a thread's share) computes exactly those outputs of the whole call: one- and
     two-row calls stream a range's panels in strided tiles, so every range length and offset is its own tiling."""
@@ -244,6 +244,40 @@ def test_matmul_is_identical_across_isas(m):
             for isa in ISAS[1:]:
                 if _native.isa_supported(isa):
                     assert np.array_equal(_native.kernel_matmul(isa, x, raw, WTYPES[wtype][0]), ref), (isa, k)
+
+
+@pytest.mark.parametrize("wtype", ["q8", "q4"])
+@pytest.mark.parametrize("m", [2, 3, 4, 5, 6, 7, 8, 9, 12, 13, 47, 48, 49, 61])
+def test_quantized_gemm_tiles_are_identical_across_isas(wtype, m):
+    """The AVX-512 VNNI GEMM (two rows or more: tiles of up to 6 (Q4) or 5 (Q8) tokens x 4 panels, the panels
+    left over in tiles of 1-3, rows in blocks of 48) gives the reference's bits for every row count, panel
+    remainder and block count; and every row is its own alone."""
+    rng = np.random.default_rng(100 + m)
+    for k, n in [(32, 16), (97, 9 * 16 - 3), (129, 6 * 16), (576, 7 * 16 + 1)]:
+        x = rng.standard_normal((m, k)).astype(np.float32)
+        raw, _ = weights(n, k, wtype, rng)
+        ref = _native.kernel_matmul("generic", x, raw, WTYPES[wtype][0])
+        for isa in ISAS[1:]:
+            if _native.isa_supported(isa):
+                y = _native.kernel_matmul(isa, x, raw, WTYPES[wtype][0])
+                assert np.array_equal(y, ref), (isa, k, n)
+        alone = np.concatenate([_native.kernel_matmul(AVX512, x[t:t + 1], raw, WTYPES[wtype][0]) for t in range(m)])
+        assert np.array_equal(alone, ref), k
+
+
+@pytest.mark.parametrize("wtype", ["q8", "q4"])
+def test_quantized_gemm_exact_at_the_extremes_of_the_levels(wtype):
+    """Q8 on VNNI adds 128 to the activations (as unsigned bytes) and takes 128 times the weights' sum back off:
+    levels at +-127 in every position, of equal and of opposite signs, give the reference's bits."""
+    k, n = 64, 5 * 16
+    rng = np.random.default_rng(7)
+    signs = np.where(rng.random((n, k)) < 0.5, -1.0, 1.0).astype(np.float32)
+    w = np.concatenate([np.ones((16, k)), -np.ones((16, k)), signs[:48]]).astype(np.float32)
+    x = np.stack([np.ones(k), -np.ones(k), signs[0], -signs[1], np.full(k, 1e-30)]).astype(np.float32)
+    ref = _native.kernel_matmul("generic", x, w, WTYPES[wtype][0])
+    for isa in ISAS[1:]:
+        if _native.isa_supported(isa):
+            assert np.array_equal(_native.kernel_matmul(isa, x, w, WTYPES[wtype][0]), ref), isa
 
 
 @pytest.mark.parametrize("isa", ISAS)

@@ -65,6 +65,7 @@ struct Avx2 {
   // Measured: perf-notes #15.
   static constexpr int TBQ = 5, TBQ4 = 6;
   static constexpr int NPQ_GEMV = 4;
+  static constexpr bool VNNI = false;  // no vnni_qmatmul: maddubs tiles (qmatmul_tile) throughout
   static void pin(ireg& a) { asm("" : "+v"(a)); }  // keeps a in a register (see qmatmul_tile)
   static ireg izero() { return _mm256_setzero_si256(); }
   static reg cvt(ireg a) { return _mm256_cvtepi32_ps(a); }

@@ -76,11 +76,12 @@ struct Avx512 {
   static ireg load_qw(const uint8_t* group, int) {
     if constexpr (T == WType::Q8) {
       return _mm512_loadu_si512(group);
-    } else {  // rows 0-7 in the low nibbles, rows 8-15 in the high ones
-      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(group)),
-                    m = _mm256_set1_epi8(0x0f);
-      const __m256i lo = _mm256_and_si256(v, m), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m);
-      return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+    } else {  // rows 0-7 in the low nibbles, rows 8-15 in the high ones: the 32 bytes in both
+              // halves (one load), the upper half shifted down a nibble, then both masked
+      const __m512i v =
+          _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(group)));
+      return _mm512_and_si512(_mm512_mask_srli_epi16(v, __mmask32(0xffff0000u), v, 4),
+                              _mm512_set1_epi8(0x0f));
     }
   }
   static ireg abs8(ireg w) { return _mm512_abs_epi8(w); }
@@ -106,6 +107,16 @@ struct Avx512 {
   }
   static ireg dot_q4(ireg acc, ireg w, ireg x) { return _mm512_dpbusd_epi32(acc, w, x); }
   static ireg finish_q4(ireg acc) { return acc; }
+  // The VNNI GEMM (simd::vnni_qmatmul) for two rows or more: tiles of TBV tokens x NPV panels
+  // (TBV x NPV dot products, NPV weight registers, a broadcast, constants: 32 registers).
+  static constexpr bool VNNI = true;
+  static constexpr int TBV_Q8 = 5, TBV_Q4 = 6, NPV = 4;
+  // acc + the 4-byte dot products of unsigned u and signed s, per int32 lane
+  static ireg dpbusd(ireg acc, ireg u, ireg s) { return _mm512_dpbusd_epi32(acc, u, s); }
+  static ireg isub(ireg a, ireg b) { return _mm512_sub_epi32(a, b); }
+  static ireg iset1(int32_t v) { return _mm512_set1_epi32(v); }
+  // 4 activation bytes to every lane, each plus 128 (as unsigned: x ^ 0x80)
+  static ireg bcast4_u8(const int8_t* p, ireg c80) { return _mm512_xor_si512(bcast4(p), c80); }
 
   template <WType T>
   static reg load_w(const void* w, size_t i) {

@@ -74,6 +74,11 @@ inline float reduce_max_ps(simde__m512 a) {
 #define _mm512_reduce_max_ps kwker::emulated::reduce_max_ps
 #endif
 
+#ifndef _mm512_mask_srli_epi16  // (Intel's definition: the shifted lanes where k is set, else src)
+#define _mm512_mask_srli_epi16(src, k, a, imm) \
+  _mm512_mask_mov_epi16(src, k, _mm512_srli_epi16(a, imm))
+#endif
+
 #define KWKER_AVX512_ENTRY kernels_avx512_emulated
 #define KWKER_AVX512_NAME "avx512-emulated"
 #define KWKER_AVX512_PIN(a) \

@@ -184,6 +184,97 @@ __attribute__((noinline)) void qmatmul_tile(const QRows& x, int kp, const uint8_
   store_tile<V, TB, J>(acc, y, ldy, p, ps, bias, accumulate);
 }
 
+// The VNNI GEMM tile (V::VNNI, AVX-512), for two rows or more: TB tokens x NP consecutive panels
+// (one register per panel). Per group, each panel's weights are loaded once and meet every token's
+// broadcast: TB x NP independent vpdpbusd chains, the loads and the Q4 unpacking shared by TB
+// tokens, the broadcast by NP panels, where qmatmul_tile's AVX-512 tiles of 12 x 1 paid a broadcast
+// per vpdpbusd (perf-notes #21). Its outputs are qmatmul_tile's, bit for bit: the same exact
+// integer dot product per (token, row, block), then the same FMAs per block, in block order. Q8's
+// signed weights meet the activations plus 128 (x ^ 0x80) as the unsigned operand, and 128 times
+// the weights' sum (one vpdpbusd per weight register, shared by the tile's tokens) is taken off
+// the integer sum before it is converted: the same integer, without a sign fix per product.
+template <class V, WType T, int TB, int NP>
+__attribute__((noinline)) void vnni_tile(const QRows& x, int kp, const uint8_t* base,
+                                         size_t panel_stride, int p, float* y, int ldy,
+                                         const float* bias, bool accumulate) {
+  using R = typename V::reg;
+  using I = typename V::ireg;
+  static_assert(kPanel == V::W, "one register per panel");
+  constexpr size_t hb = qheader_bytes(T), gb = qgroup_bytes(T), block_bytes = qblock_bytes(T);
+  const int nb = kp / kQBlock;
+  // The float accumulators live in L1 between blocks, as in qmatmul_tile.
+  alignas(64) float accm[TB][NP * V::W];
+  for (int t = 0; t < TB; t++)
+    for (int j = 0; j < NP; j++) V::store(&accm[t][j * V::W], V::zero());
+  const I c80 = V::iset1(int32_t(0x80808080u));
+  for (int b = 0; b < nb; b++) {
+    const uint8_t* blk = base + size_t(b) * block_bytes;  // panel j's: + j * panel_stride
+    const int8_t* xb = x.q + size_t(b) * kQBlock;
+    // the same block of the next NP panels (the next tile's, or the next row block's start)
+#pragma GCC unroll 4
+    for (int j = 0; j < NP; j++)
+#pragma GCC unroll 16
+      for (size_t o = 0; o < block_bytes; o += 64)
+        __builtin_prefetch(blk + (NP + j) * panel_stride + o);
+    I dot[TB][NP], wsum[NP];
+    fill(dot, V::izero());
+#pragma GCC unroll 4
+    for (int j = 0; j < NP; j++) wsum[j] = V::izero();
+#pragma GCC unroll 1  // (see qmatmul_tile)
+    for (int g = 0; g < kQBlock / kQGroup; g++) {
+      I wv[NP];
+#pragma GCC unroll 4
+      for (int j = 0; j < NP; j++) {
+        wv[j] = V::template load_qw<T>(blk + j * panel_stride + hb + g * gb, 0);
+        if constexpr (T == WType::Q8) wsum[j] = V::dpbusd(wsum[j], c80, wv[j]);
+      }
+#pragma GCC unroll 16
+      for (int t = 0; t < TB; t++) {
+        const int8_t* xg = xb + size_t(t) * kp + g * kQGroup;
+        if constexpr (T == WType::Q8) {
+          const I xv = V::bcast4_u8(xg, c80);
+#pragma GCC unroll 4
+          for (int j = 0; j < NP; j++) dot[t][j] = V::dpbusd(dot[t][j], xv, wv[j]);
+        } else {
+          const I xv = V::bcast4(xg);
+#pragma GCC unroll 4
+          for (int j = 0; j < NP; j++) dot[t][j] = V::dpbusd(dot[t][j], wv[j], xv);
+        }
+      }
+#pragma GCC unroll 16
+      for (int t = 0; t < TB; t++)
+#pragma GCC unroll 4
+        for (int j = 0; j < NP; j++) V::pin(dot[t][j]);
+      if constexpr (T == WType::Q8) {
+#pragma GCC unroll 4
+        for (int j = 0; j < NP; j++) V::pin(wsum[j]);
+      }
+    }
+#pragma GCC unroll 4
+    for (int j = 0; j < NP; j++) {
+      const uint16_t* header = reinterpret_cast<const uint16_t*>(blk + j * panel_stride);
+      const R dw = V::load_f16(header);
+#pragma GCC unroll 16
+      for (int t = 0; t < TB; t++) {
+        const size_t xi = size_t(t) * nb + b;
+        I d = dot[t][j];
+        if constexpr (T == WType::Q8) d = V::isub(d, wsum[j]);
+        R a = V::fma(V::mul(dw, V::set1(x.d[xi])), V::cvt(d), V::load(&accm[t][j * V::W]));
+        if constexpr (T == WType::Q4)  // the min's term
+          a = V::fma(V::load_f16(header + kPanel), V::set1(x.dsum[xi]), a);
+        V::store(&accm[t][j * V::W], a);
+      }
+    }
+    asm volatile("" ::: "memory");  // keep accm in memory across blocks
+  }
+  R acc[TB][NP];
+#pragma GCC unroll 16
+  for (int t = 0; t < TB; t++)
+#pragma GCC unroll 4
+    for (int j = 0; j < NP; j++) acc[t][j] = V::load(&accm[t][j * V::W]);
+  store_tile<V, TB, NP>(acc, y, ldy, p, 1, bias, accumulate);
+}
+
 template <int N>
 using Int = std::integral_constant<int, N>;
 
@@ -283,12 +374,45 @@ const uint8_t* unpack_q4_panel(const uint8_t* panel, int nb, size_t panel_stride
   return out;
 }
 
+// Two rows or more on VNNI: blocks of kRowBlock rows; in each, the panels NPV at a time (the
+// model's multi-row calls take chunks of 4 panels, model.cpp matmul_part), each group of panels
+// against balanced tiles of at most TBV rows (8 rows: 4 + 4). A tile's panels stay in L1 or L2 for
+// the row block's next tiles.
+template <class V, WType T>
+void vnni_qmatmul(const QRows& x, int m, const uint8_t* w, int kp, int p0, int p1, float* y,
+                  int ldy, const float* bias, bool accumulate) {
+  constexpr int TB = T == WType::Q8 ? V::TBV_Q8 : V::TBV_Q4, NP = V::NPV;
+  const int nb = kp / kQBlock;
+  const size_t panel_stride = size_t(nb) * qblock_bytes(T);
+  for (int m0 = 0; m0 < m; m0 += kRowBlock) {
+    const int mc = std::min(kRowBlock, m - m0), tiles = (mc + TB - 1) / TB;
+    for (int p = p0; p < p1; p += NP) {
+      const int np = std::min(NP, p1 - p);
+      for (int i = 0, t = m0; i < tiles; i++) {
+        const int rows = mc / tiles + (i < mc % tiles ? 1 : 0);
+        const QRows xt{x.q + size_t(t) * kp, x.d + size_t(t) * nb, x.dsum + size_t(t) * nb};
+        with_rows<TB>(rows, [&](auto r) {
+          with_rows<NP>(np, [&](auto n) {
+            vnni_tile<V, T, decltype(r)::value, decltype(n)::value>(
+                xt, kp, w + size_t(p) * panel_stride, panel_stride, p, y + size_t(t) * ldy, ldy,
+                bias, accumulate);
+          });
+        });
+        t += rows;
+      }
+    }
+  }
+}
+
 template <class V, WType T>
 void qmatmul(const QRows& x, int m, const void* w, int kp, int p0, int p1, float* y, int ldy,
              const float* bias, bool accumulate) {
   const int nb = kp / kQBlock;
   const size_t panel_stride = size_t(nb) * qblock_bytes(T);
   const uint8_t* wb = static_cast<const uint8_t*>(w);
+  if constexpr (V::VNNI) {
+    if (m > 1) return vnni_qmatmul<V, T>(x, m, wb, kp, p0, p1, y, ldy, bias, accumulate);
+  }
   // Q4: the current panel unpacked, when 3 tiles or more share it (perf-notes #16)
   const uint8_t* unpacked = nullptr;
   for_each_tile<T == WType::Q4 ? V::TBQ4 : V::TBQ, V::NPQ_GEMV, 1>(
