@@ -518,7 +518,7 @@ class MainWindow(QMainWindow):
         room = context - answer_reserve(context, int(self.effective_settings()["max_new_tokens"]))
         by_parts = bool(context) and sum(abs(a.tokens) for a in attachments) > room
         for a in attachments:
-            chip = QLabel(f"📄 {a.name} · {a.about}" + (" · by parts" if by_parts else ""))
+            chip = QLabel(f"{a.name} · {a.about}" + (" · by parts" if by_parts else ""))
             chip.setTextFormat(Qt.PlainText)
             chip.setObjectName("chip")
             chip.setAccessibleName(f"attached {a.name}, {a.about}")
@@ -529,7 +529,7 @@ class MainWindow(QMainWindow):
                 else "The whole text goes into each answer's prompt while the chat leaves room; "
                 "else the parts that match the question best"
             )
-            remove = QPushButton("✕")
+            remove = QPushButton("×")  # in every font (an emoji's cross is not)
             remove.setFlat(True)
             remove.setMaximumWidth(28)
             remove.setAccessibleName(f"detach {a.name}")

@@ -161,6 +161,8 @@ class StatsPanel(QWidget):
                 f"{s['plain_tokens_per_s']:.1f} tokens/s: the median of {plain} plain one-token "
                 f"{steps} in this answer"
             )
+        elif final:  # not the previous answer's figure
+            self.reference.setText("no plain step in this answer")
         fresh = s.get("prompt_tokens", 0) - s.get("reused_prompt_tokens", 0)
         self.prefill.setText(
             f"{fresh} new tokens in {s.get('prefill_s', 0) * 1000:.0f} ms "
