@@ -29,6 +29,7 @@ from PySide6.QtWidgets import (
     QSplitter,
     QTabWidget,
     QTextBrowser,
+    QToolButton,
     QVBoxLayout,
     QWidget,
 )
@@ -529,9 +530,8 @@ class MainWindow(QMainWindow):
                 else "The whole text goes into each answer's prompt while the chat leaves room; "
                 "else the parts that match the question best"
             )
-            remove = QPushButton("×")  # in every font (an emoji's cross is not)
-            remove.setFlat(True)
-            remove.setMaximumWidth(28)
+            # a tool button: a push button's padding in the theme leaves no room for the ×
+            remove = QToolButton(text="×")  # in every font (an emoji's cross is not)
             remove.setAccessibleName(f"detach {a.name}")
             remove.setToolTip(f"Detach {a.name}")
             remove.clicked.connect(lambda _=False, aid=a.id: self.detach(aid))
