@@ -64,6 +64,12 @@ class SplitView(QDialog):
         self.run_button.setObjectName("send")
         self.run_button.setAccessibleName("run plain decoding and speculation")
         self.run_button.clicked.connect(self.run_or_stop)
+        # as wide as its widest label: "Stop" while running would otherwise leave it too narrow
+        # for "Run both" after (the label was clipped in a screenshot)
+        widest = max(
+            self.run_button.fontMetrics().horizontalAdvance(t) for t in ("Run both", "Stop")
+        )
+        self.run_button.setMinimumWidth(widest + 40)
         self.order = QLabel(ORDER_NOTE)
         self.order.setWordWrap(True)
         self.order.setObjectName("muted")
@@ -71,6 +77,7 @@ class SplitView(QDialog):
         self.verdict.setObjectName("big")
         self.verdict.setAccessibleName("comparison")
         self.verdict.setTextFormat(Qt.RichText)
+        self.verdict.setWordWrap(True)  # a long verdict wraps instead of pushing the speedup out
         self.speedup = QLabel("")
         self.speedup.setAccessibleName("speedup of speculation")
 
