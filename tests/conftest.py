@@ -12,3 +12,28 @@ def smollm2():
     from kwker.models import load_model
 
     return load_model(None, dtype=torch.float32)
+
+
+# The real OpenAI-compatible servers of the remote tests (app and CLI), one of each per module
+@pytest.fixture(scope="module")
+def kwker_server(tmp_path_factory):
+    from remote_servers import kwker_serve
+
+    with kwker_serve(tmp_path_factory.mktemp("kwker-serve")) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def llama_server(tmp_path_factory):
+    from remote_servers import llama_cpp_server
+
+    with llama_cpp_server(tmp_path_factory.mktemp("llama-server")) as server:
+        yield server
+
+
+@pytest.fixture(params=["kwker serve", "llama_cpp.server"])
+def server(request):
+    """Each real server in turn."""
+    return request.getfixturevalue(
+        "kwker_server" if request.param == "kwker serve" else "llama_server"
+    )

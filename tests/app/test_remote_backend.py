@@ -23,8 +23,6 @@ from remote_servers import (
     canned_server,
     cutting_server,
     generated_tokens,
-    kwker_serve,
-    llama_cpp_server,
     refused_port,
 )
 
@@ -92,25 +90,6 @@ def no_keyring():
 def data(data_dir, config_dir, no_keyring):
     """A fresh data folder and config folder, no system keyring (the file keeps the keys)."""
     return data_dir
-
-
-@pytest.fixture(scope="module")
-def kwker_server(tmp_path_factory):
-    with kwker_serve(tmp_path_factory.mktemp("kwker-serve")) as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
-def llama_server(tmp_path_factory):
-    with llama_cpp_server(tmp_path_factory.mktemp("llama-server")) as server:
-        yield server
-
-
-@pytest.fixture(params=["kwker serve", "llama_cpp.server"])
-def server(request):
-    return request.getfixturevalue(
-        "kwker_server" if request.param == "kwker serve" else "llama_server"
-    )
 
 
 def remote_window(qtbot, url: str, model: str, key: str | None = None, settings=None):

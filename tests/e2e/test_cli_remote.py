@@ -15,8 +15,6 @@ import pytest
 from remote_servers import (
     LONG_PROMPT,
     generated_tokens,
-    kwker_serve,
-    llama_cpp_server,
     refused_port,
 )
 
@@ -30,25 +28,6 @@ def kwker(*args, env=None, timeout=120):
         text=True,
         timeout=timeout,
         env={k: v for k, v in {**os.environ, **(env or {})}.items() if v is not None},
-    )
-
-
-@pytest.fixture(scope="module")
-def kwker_server(tmp_path_factory):
-    with kwker_serve(tmp_path_factory.mktemp("kwker-serve")) as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
-def llama_server(tmp_path_factory):
-    with llama_cpp_server(tmp_path_factory.mktemp("llama-server")) as server:
-        yield server
-
-
-@pytest.fixture(params=["kwker serve", "llama_cpp.server"])
-def server(request):
-    return request.getfixturevalue(
-        "kwker_server" if request.param == "kwker serve" else "llama_server"
     )
 
 

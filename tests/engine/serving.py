@@ -1,6 +1,7 @@
 """Running `kwker serve`'s app on 127.0.0.1 inside the test process (so a test can look at the
 engine too), and reading its /metrics."""
 
+import json
 import socket
 import threading
 import time
@@ -69,3 +70,18 @@ class Slow(ServingObserver):
 
     def ended(self, req):
         self.inner.ended(req)
+
+
+def never_reading_client(url: str, body: dict, key: str | None = None) -> socket.socket:
+    """A stream asked for on a raw socket with a small receive buffer, and never read: its answer
+    fills the socket's buffers and then waits on the server. Close it to end it."""
+    port = int(url.rsplit(":", 1)[1])
+    raw = json.dumps(body | {"stream": True})
+    auth = f"Authorization: Bearer {key}\r\n" if key else ""
+    s = socket.create_connection(("127.0.0.1", port))
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    s.sendall(
+        (f"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n{auth}"
+         f"Content-Type: application/json\r\nContent-Length: {len(raw)}\r\n\r\n{raw}").encode()
+    )  # fmt: skip
+    return s

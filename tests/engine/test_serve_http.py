@@ -5,7 +5,6 @@ shapes, and one request's failure among others."""
 
 import json
 import math
-import socket
 import threading
 import time
 
@@ -14,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 from helpers import tiny_llama
-from serving import Slow, metrics, running, wait_idle
+from serving import Slow, metrics, never_reading_client, running, wait_idle
 
 from kwker.decode import KwkDecoder
 from kwker.sampling import SeededGenerator
@@ -538,14 +537,8 @@ def test_tokenizing_does_not_hold_up_the_event_loop(server):
 
 def test_a_client_that_never_reads_does_not_stall_the_others(server, solo, tokenizer):
     url, engine = server
-    port = int(url.rsplit(":", 1)[1])
-    raw = json.dumps({"prompt": "Go on", "max_tokens": 480, "temperature": 0, "stream": True})
-    lazy = socket.create_connection(("127.0.0.1", port))
-    lazy.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-    lazy.sendall(
-        (f"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAuthorization: Bearer {KEY}\r\n"
-         f"Content-Type: application/json\r\nContent-Length: {len(raw)}\r\n\r\n{raw}").encode()
-    )  # fmt: skip
+    body = {"prompt": "Go on", "max_tokens": 480, "temperature": 0}
+    lazy = never_reading_client(url, body, KEY)
     try:
         time.sleep(0.2)
         for i in range(3):

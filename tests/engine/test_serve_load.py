@@ -5,14 +5,13 @@ and the latencies are printed (run with -s to see them)."""
 
 import json
 import random
-import socket
 import statistics
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
-from serving import metrics, running, wait_idle
+from serving import metrics, never_reading_client, running, wait_idle
 
 from kwker.sampling import SeededGenerator
 from kwker.serve import ServingEngine, create_app
@@ -68,8 +67,9 @@ def test_200_requests_from_32_clients_a_third_going_away(decoder):
 
     engine = ServingEngine(decoder, tok, max_queue=64)
     with engine, running(create_app(engine, "smol")) as url:
-        port = int(url.rsplit(":", 1)[1])
-        lazy = never_reading_client(port)
+        lazy = never_reading_client(
+            url, {"model": "smol", "prompt": "Count: 1, 2,", "max_tokens": 900, "temperature": 0}
+        )
 
         def ask(item):
             p, mode, n, (how, leave_after) = item
@@ -123,23 +123,3 @@ def test_200_requests_from_32_clients_a_third_going_away(decoder):
         f"\n{len(latencies)} answers completed, {cuts:.0f} generations cancelled; latency "
         f"p50 {statistics.median(latencies):.2f} s, p99 {q[98]:.2f} s"
     )
-
-
-def never_reading_client(port: int) -> socket.socket:
-    """A stream asked for and never read: its answer fills the socket's buffers."""
-    body = json.dumps(
-        {
-            "model": "smol",
-            "prompt": "Count: 1, 2, 3,",
-            "max_tokens": 900,
-            "stream": True,
-            "temperature": 0,
-        }  # fmt: skip
-    )
-    s = socket.create_connection(("127.0.0.1", port))
-    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-    s.sendall(
-        (f"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
-         f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n{body}").encode()
-    )  # fmt: skip
-    return s
