@@ -241,6 +241,10 @@ class StepCosts:
     draft_call: dict[int, dict[int, float]] = field(
         default_factory=dict
     )  # id(draft) -> {k: time of a k-token proposal / 1-token step}
+    # id(draft) -> its acceptance at the end of the latest sequence: the next one's prior (a new
+    # sequence that started from 0.6 waited for its first probe before a draft that had been
+    # accepted 95% of the time proposed again)
+    draft_accept: dict[int, float] = field(default_factory=dict)
 
 
 STEP_SLOPE = (
@@ -309,6 +313,9 @@ class Speculator:
             "lookup": 0.5,
             "draft": 0.6,
         }  # prior chance that a proposed token is accepted
+        self._draft_key = id(draft.draft) if draft is not None else None
+        if costs is not None and self._draft_key in costs.draft_accept:
+            self.accept["draft"] = costs.draft_accept[self._draft_key]
         self.match_accept: dict[
             int, float
         ] = {}  # lookup's per bucket of match length (MATCH_BUCKETS)
@@ -318,7 +325,6 @@ class Speculator:
         self._inherited = (
             self.costs.step1_s > 0
         )  # an earlier sequence measured the 1-token step: no plain warm-up
-        self._draft_key = id(draft.draft) if draft is not None else None
         self.draft_s = 0.0
         self.trace: list[dict] | None = None  # a list to record each decision in (diagnostics)
         self._shadow: int | None = None  # lookup's first proposal, when it was not made
@@ -523,6 +529,8 @@ class Speculator:
             trials = accepted + (1 if accepted < proposed else 0)
             weight = min(0.5, 0.1 * trials)
             self.accept[source] = _ema(self.accept[source], accepted / trials, weight=weight)
+            if source == "draft":
+                self.costs.draft_accept[self._draft_key] = self.accept["draft"]
             if source == "lookup" and self._bucket is not None:
                 self.match_accept[self._bucket] = _ema(
                     self._lookup_accept(self._bucket), accepted / trials, weight=weight

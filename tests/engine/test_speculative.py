@@ -474,3 +474,24 @@ def _steps_propose(self, slot, start, tokens, k, subset=False):
         out.append(self.extend_slot(slot, at, feed, logits=False).argmax[-1])
         feed, at = out[-1:], at + len(feed)
     return out
+
+
+def test_a_drafts_acceptance_carries_over_to_the_next_sequence():
+    class Draft:
+        name = "draft"
+
+        def __init__(self):
+            self.draft, self.behind = object(), 0
+
+        def propose(self, tokens, k):
+            return [7] * k
+
+    draft, costs = Draft(), StepCosts(step1_s=0.004, relative={fed: 1.1 for fed in range(2, 10)})
+    costs.draft_call[id(draft.draft)] = {4: 2.0}  # pays only if most of its tokens are accepted
+    first = Speculator(None, draft, costs=costs)
+    assert first.propose([1, 2, 3], room=8) == (None, [])  # the 0.6 prior: it does not pay
+    first.accept["draft"] = 0.9
+    first.feedback("draft", 4, 4, 5, 0.0045, None)
+    second = Speculator(None, draft, costs=costs)
+    assert second.accept["draft"] == first.accept["draft"] > 0.9
+    assert second.propose([1, 2, 3], room=8)[0] == "draft"  # at once, not after a probe's wait
