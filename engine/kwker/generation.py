@@ -191,7 +191,8 @@ class StepDecoder:
         eos_token_id, generator (transformers' meanings); presence_penalty, frequency_penalty
         (OpenAI's); logprobs=K gives each chunk its token's log-probability and the K likeliest
         tokens' (see GenerationChunk); lookup=N proposes up to N tokens per
-        step by prompt lookup (default 8, 0 turns it off); draft= a KwkDecoder of a small model
+        step by prompt lookup (default 8, 0 turns it off; after a match of 16 tokens or more, up
+        to 3N: Speculator.LONG_MATCH, LONG_LOOKUP); draft= a KwkDecoder of a small model
         with the same tokenizer proposes too: each step takes the source that expects more tokens
         per unit of time (the draft where lookup finds nothing). Neither changes the output."""
         seq = self.new_sequence(
