@@ -163,9 +163,9 @@ class _CutHandler(http.server.BaseHTTPRequestHandler):
     def log_message(self, *args):  # quiet
         pass
 
-    def _json(self, body: dict) -> None:
+    def _json(self, body: dict, status: int = 200) -> None:
         data = json.dumps(body).encode()
-        self.send_response(200)
+        self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
@@ -197,9 +197,9 @@ class _CutHandler(http.server.BaseHTTPRequestHandler):
 
 
 @contextlib.contextmanager
-def cutting_server():
-    """The base URL of a server whose answers are cut after CUT_PIECES."""
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _CutHandler)
+def _serving(handler):
+    """The /v1 base URL of an HTTP server on a free loopback port, answering with handler."""
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)
     thread.start()
     try:
@@ -207,6 +207,13 @@ def cutting_server():
     finally:
         httpd.shutdown()
         httpd.server_close()
+
+
+@contextlib.contextmanager
+def cutting_server():
+    """The base URL of a server whose answers are cut after CUT_PIECES."""
+    with _serving(_CutHandler) as url:
+        yield url
 
 
 # ----------------------------------------------------------------- a server that refuses
@@ -218,21 +225,10 @@ def canned_server(status: int, body: dict):
     class Handler(_CutHandler):
         def do_POST(self):  # noqa: N802
             self.rfile.read(int(self.headers.get("Content-Length", 0)))
-            data = json.dumps(body).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+            self._json(body, status)
 
         def do_GET(self):  # noqa: N802
             self._json({"object": "list", "data": [{"id": "m", "object": "model"}]})
 
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{httpd.server_address[1]}/v1"
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
+    with _serving(Handler) as url:
+        yield url

@@ -53,7 +53,7 @@ class ApiError(Exception):
         )  # fmt: skip
 
     def body(self) -> dict:
-        return error_body(self.status, self.message, self.type, self.param, self.code)
+        return error_body(self.message, self.type, self.param, self.code)
 
 
 class Pending:
@@ -311,16 +311,8 @@ def create_app(
                 yield event([choice("", finish=finish)], **({"kwker": stats} if stats else {}))
                 if with_usage:
                     yield event([], usage=usage(prompt_len, n, stats))
-            except ApiError as e:
-                yield f"data: {json.dumps(e.body())}\n\n"
             except Exception as e:  # noqa: BLE001  (this request's step failed; the others go on)
-                failure = ApiError(
-                    500,
-                    f"generation failed: {type(e).__name__}: {e}",
-                    "server_error",
-                    "generation_failed",
-                )
-                yield f"data: {json.dumps(failure.body())}\n\n"
+                yield f"data: {json.dumps(_as_api_error(e).body())}\n\n"
             yield "data: [DONE]\n\n"
 
         return CancellingStream(req, events(), media_type="text/event-stream")
@@ -362,15 +354,8 @@ def create_app(
             return Response(status_code=499)  # nobody reads it: nginx's "client closed"
         try:
             text, lps, n, stats, finish = answer.result()
-        except ApiError:
-            raise
         except Exception as e:  # noqa: BLE001  (this request's step failed; the others go on)
-            raise ApiError(
-                500,
-                f"generation failed: {type(e).__name__}: {e}",
-                "server_error",
-                "generation_failed",
-            ) from None
+            raise _as_api_error(e) from None
         choice = {"index": 0, "finish_reason": finish}
         if chat:
             choice["message"] = {"role": "assistant", "content": text}
@@ -462,6 +447,16 @@ def create_app(
         allowed_hosts=allowed_hosts,
         max_body=max_body,
         on_response=metrics.response,
+    )
+
+
+def _as_api_error(e: Exception) -> ApiError:
+    """A request's failure as the client sees it: an ApiError as it is; anything else, which is
+    its own step failing, a 500 naming it."""
+    if isinstance(e, ApiError):
+        return e
+    return ApiError(
+        500, f"generation failed: {type(e).__name__}: {e}", "server_error", "generation_failed"
     )
 
 

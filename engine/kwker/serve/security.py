@@ -25,7 +25,7 @@ DEFAULT_MAX_BODY = 4 * 1024 * 1024  # bytes: a long conversation is a few hundre
 LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
 
 
-def error_body(status: int, message: str, type_: str, param: str | None, code: str | None):
+def error_body(message: str, type_: str, param: str | None, code: str | None) -> dict:
     """OpenAI's error shape."""
     return {"error": {"message": message, "type": type_, "param": param, "code": code}}
 
@@ -77,7 +77,7 @@ class Guard:
         cors = origin in self.origins if origin else False
 
         async def reply(status: int, message: str, type_: str, code: str, param=None, extra=()):
-            body = json.dumps(error_body(status, message, type_, param, code)).encode()
+            body = json.dumps(error_body(message, type_, param, code)).encode()
             await self._send(send, path, status, body, [*extra, *self._cors_headers(origin, cors)])
 
         if self.hosts is not None and host_name(headers.get("host", "")) not in self.hosts:
