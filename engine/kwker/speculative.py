@@ -167,6 +167,9 @@ class DraftProposer:
     def __init__(self, draft):
         self.draft = draft
         self.behind = 0  # tokens the draft had to catch up on before its latest proposal
+        self.offset = (
+            0  # the text's first tokens left out of the draft's context (propose's window)
+        )
         self.subset = False  # whether the latest proposal used the pruned head
         self._in_subset = None  # (vocab,) bool: the pruned head's tokens, once it is set
         self._miss = 0.0  # moving average of how often the text's tokens are outside the subset
@@ -199,19 +202,31 @@ class DraftProposer:
             self._seen = len(tokens)
         return self._miss <= self.MISS_RATE
 
-    def propose(self, tokens: list[int], k: int) -> list[int]:
+    def behind_on(self, tokens: list[int], window: int | None = None) -> int:
+        """How many of the text's tokens a proposal would first catch up on (at most `window`)."""
+        view = tokens[self.offset :]
+        behind = len(view) - self.draft.runner.reusable_prefix(0, view)
+        return behind if window is None else min(behind, window)
+
+    def propose(self, tokens: list[int], k: int, window: int | None = None) -> list[int]:
+        """The draft's k-token greedy proposal after the text. window: catch up on at most that many
+        tokens; a draft further behind restarts its context at the text's last `window` tokens
+        (the draft then proposes from less of the text, until the next text)."""
         runner = self.draft.runner
-        k = min(k, runner.max_cache_len - len(tokens))
+        if window is not None and self.behind_on(tokens) > window:
+            self.offset = len(tokens) - window
+        view = tokens[self.offset :]
+        k = min(k, runner.max_cache_len - len(view))
         if k <= 0:
             return []
         with runner.hold():
             slot = runner.acquire(0)
             try:
-                reuse = runner.reusable_prefix(slot, tokens)
+                reuse = runner.reusable_prefix(slot, view)
                 runner.trim(slot, runner.cached_len(slot) - reuse)
-                self.behind = len(tokens) - reuse
+                self.behind = len(view) - reuse
                 self.subset = self._pruned(tokens)
-                return runner.propose_greedy(slot, reuse, tokens[reuse:], k, subset=self.subset)
+                return runner.propose_greedy(slot, reuse, view[reuse:], k, subset=self.subset)
             finally:
                 runner.release(slot)
 
@@ -250,6 +265,9 @@ class StepCosts:
     # sequence that started from 0.6 waited for its first probe before a draft that had been
     # accepted 95% of the time proposed again)
     draft_accept: dict[int, float] = field(default_factory=dict)
+    # id(draft) -> the time of catching up on one token of the text (a proposal's prefill of what
+    # the draft has not seen: the prompt, a run of lookup's tokens, the steps it sat out) / 1-token step
+    draft_catch_up: dict[int, float] = field(default_factory=dict)
 
 
 STEP_SLOPE = (
@@ -272,21 +290,33 @@ class Speculator:
     width at which a draft of a few tenths of a step can pay; one token rarely does, and a controller that grows
     widths only where the narrower one paid never gets there); its widths are then chosen on its measured costs,
     interpolated between the widths measured (a fixed cost per call and a cost per token); and while its record
-    does not pay it is probed on a schedule whatever its record says (see PROBE_*).
+    does not pay it is probed whatever its record says: once early in each generation (a new text may suit it),
+    then on a budget of the generation's time that counts everything a probe costs, the catch-up on the tokens
+    the draft sat out included (see PROBE_*).
     While lookup is not proposing it still checks, for free, whether its proposal would have been right, so it
     comes back when the text starts repeating."""
 
     PLAIN_WARMUP = 2  # plain steps measured before anything is proposed
     FIRST_DRAFT_WIDTH = 4  # tokens a draft with no measured cost proposes first
-    # A draft whose record does not pay is still probed now and then: PROBE_GAP steps after its last proposal,
-    # at the width that would pay best if its tokens were accepted PROBE_ACCEPT of the time (at least
+    # A draft whose record does not pay is still probed now and then, at least PROBE_GAP steps after its last
+    # proposal, at the width that would pay best if its tokens were accepted PROBE_ACCEPT of the time (at least
     # PROBE_MIN_WIDTH: its record may be a prior, or come from another kind of text, or its measured costs from
-    # a slow moment). A probe after which its record still does not pay doubles the gap, up to PROBE_GAP_MAX
-    # (a failed probe costs about one step: 1/PROBE_GAP_MAX of the time at most); one that pays resets it.
+    # a slow moment). What a probe costs is its draft call, the catch-up on every token the draft sat out
+    # (a prefill on the draft: on a 2-core AVX2 machine and an int4 target about a tenth of a target step a
+    # token, so probes on a schedule alone cost a fixed share of the time however far apart) and its verify
+    # step, less the tokens it gained. A generation's first probe goes if it is expected to cost at most
+    # PROBE_FIRST_COST plain steps; later ones while all probes together stay within PROBE_SHARE of the
+    # generation's time (so that speculation stays >= 0.97x plain where the draft never pays).
     PROBE_ACCEPT = 0.9
     PROBE_GAP = 8
-    PROBE_GAP_MAX = 128
     PROBE_MIN_WIDTH = 3
+    PROBE_FIRST_COST = 4.0
+    PROBE_SHARE = 0.02
+    # A probe catches up on at most PROBE_WINDOW tokens (a draft further behind restarts its context
+    # at the text's last PROBE_WINDOW tokens): else its cost would grow with the steps the draft sat
+    # out, and the budget would allow none once a caught-up token costs more than PROBE_SHARE.
+    PROBE_WINDOW = 48
+    CATCH_UP_PRIOR = 0.1  # a caught-up token's cost / 1-token target step, until one was measured
     # what a source must promise over a plain step (noise in its measured costs)
     DRAFT_MARGIN, LOOKUP_MARGIN = 1.05, 1.02
     # Lookup's acceptance is kept per length of the match its proposal follows (1, 2-3, 4-7, 8-15, 16+
@@ -337,7 +367,10 @@ class Speculator:
         self._steps = 0
         self._last_plain = 0  # the step count at the latest plain step
         # the first probe comes PROBE_GAP steps in: a record inherited from earlier sequences is not doubted at once
-        self._probe_gap, self._next_probe, self._probing = self.PROBE_GAP, self.PROBE_GAP, False
+        self._next_probe, self._probing, self._probed = self.PROBE_GAP, False, False
+        # this generation's time, and what its probes cost, in 1-token steps of the moment
+        self._elapsed = self._probe_spent = 0.0
+        self._spent_drafting = 0.0  # the draft's time in this step, in 1-token steps
 
     @property
     def _draft_calls(self) -> dict[int, float]:
@@ -352,6 +385,11 @@ class Speculator:
             return 0.0
         k = max(calls)
         return calls[k] / k
+
+    @property
+    def catch_up_cost(self) -> float:
+        """A caught-up token's time relative to a 1-token target step (CATCH_UP_PRIOR until measured)."""
+        return self.costs.draft_catch_up.get(self._draft_key, self.CATCH_UP_PRIOR)
 
     def _cost(self, fed: int) -> float:
         """Step time of `fed` tokens relative to a 1-token step: the cheapest measured size at least as wide (a
@@ -396,10 +434,13 @@ class Speculator:
         # a proposal of more tokens never costs less; the fixed part is not negative either
         return max(per_token * k, calls[lo] + per_token * (k - lo))
 
-    def _ratio(self, source: str, k: int, accept: float | None = None) -> float:
-        """Expected tokens per unit of time (a plain step: 1) when `source` proposes k tokens."""
+    def _ratio(self, source: str, k: int, accept: float | None = None, catch_up: int = 0) -> float:
+        """Expected tokens per unit of time (a plain step: 1) when `source` proposes k tokens, after
+        the draft catches up on `catch_up` tokens."""
         a = self.accept[source] if accept is None else accept
-        extra = (self._draft_call(k) or 0.0) if source == "draft" else 0.0
+        extra = 0.0
+        if source == "draft":
+            extra = (self._draft_call(k) or 0.0) + self.catch_up_cost * catch_up
         return sum(a**i for i in range(k + 1)) / (self._cost(k + 1) + extra)
 
     def _lookup_accept(self, bucket: int | None) -> float:
@@ -433,6 +474,22 @@ class Speculator:
         probe is made even where the draft's measured costs say it cannot pay)."""
         k = self._best_k("draft", room, accept=self.PROBE_ACCEPT)
         return min(max(k, self.PROBE_MIN_WIDTH), self.limit["draft"], room)
+
+    def _probe_due(self, tokens: list[int], k: int) -> bool:
+        """Whether a probe of k tokens fits (PROBE_*): its expected cost in 1-token steps, catch-up
+        included, against the first probe's allowance or the budget."""
+        if self._steps < self._next_probe:
+            return False
+        call = self._draft_call(k)
+        cost = (
+            (k * 0.5 if call is None else call)
+            + self.catch_up_cost * self.draft.behind_on(tokens, self.PROBE_WINDOW)
+            + self._cost(k + 1)
+            - 1.0
+        )
+        if not self._probed and cost <= self.PROBE_FIRST_COST:
+            return True
+        return self._probe_spent + cost <= self.PROBE_SHARE * (self._elapsed + cost)
 
     def _note(self, **what) -> None:
         if self.trace is not None:
@@ -469,15 +526,20 @@ class Speculator:
         self._probing = False
         if self.draft is not None and warm:
             k = self._best_k("draft", room)
+            # against lookup, the draft pays for its catch-up on what lookup proposed before (against
+            # a plain step it is what using the draft at all costs, once)
             chosen = k and (
                 not found
-                or self._ratio("draft", k) > self._ratio("lookup", len(found), found_accept)
+                or self._ratio("draft", k, catch_up=self.draft.behind_on(tokens))
+                > self._ratio("lookup", len(found), found_accept)
             )
             # a probe where the draft's own record does not pay (where it pays but lookup promises more,
             # the records decide), even where lookup has a proposal: a text that repeats its prompt may be
             # the draft's best ground too
-            if not k and self._steps >= self._next_probe:
-                k, chosen, self._probing = self._probe_k(room), True, True
+            if not k:
+                probe = self._probe_k(room)
+                if self._probe_due(tokens, probe):
+                    k, chosen, self._probing = probe, True, True
             if self.trace is not None:
                 self._note(
                     draft_k=k,
@@ -494,20 +556,32 @@ class Speculator:
                         0
                     ]  # lookup keeps learning whether it would have been right
                 t0 = self.clock()
-                cands = self.draft.propose(tokens, k)
+                window = self.PROBE_WINDOW if self._probing else None
+                cands = self.draft.propose(tokens, k, window)
                 spent = self.clock() - t0
                 self.draft_s += spent
+                self._spent_drafting = spent / self.costs.step1_s
                 if cands:
-                    # the cost of proposing: not a long catch-up (the prompt, a run of lookup tokens)
-                    if self.draft.behind <= CATCH_UP_TIMED:
-                        calls = self._draft_calls
-                        calls[len(cands)] = _ema(
-                            calls.get(len(cands), 0.0), spent / self.costs.step1_s
-                        )
+                    self._learn_draft_cost(len(cands), spent / self.costs.step1_s)
                     return "draft", cands
         if found:
             return "lookup", found
         return None, []
+
+    def _learn_draft_cost(self, k: int, relative: float) -> None:
+        """A k-token proposal took `relative` 1-token steps. With a short catch-up that is the cost of
+        the width; after a long one, the catch-up's cost per token (the rest, over the tokens caught
+        up) where the width's cost is known, else the width's (the rest, after the catch-up's)."""
+        behind, calls, key = self.draft.behind, self._draft_calls, self._draft_key
+        if behind <= CATCH_UP_TIMED:
+            calls[k] = _ema(calls.get(k, 0.0), relative)
+        elif k in calls:
+            per_token = max(0.0, relative - calls[k]) / behind
+            self.costs.draft_catch_up[key] = _ema(
+                self.costs.draft_catch_up.get(key, 0.0), per_token
+            )
+        else:  # probes catch up on the steps they sat out: their widths are learnt this way
+            calls[k] = max(relative - self.catch_up_cost * behind, relative / 2)
 
     def feedback(
         self,
@@ -520,6 +594,12 @@ class Speculator:
     ) -> None:
         """After a verify step: what was accepted, how long the step took, and the first new token (for the
         shadow check of lookup)."""
+        if self.costs.step1_s:
+            step = seconds / self.costs.step1_s + self._spent_drafting
+            self._elapsed += step
+            if self._probing:  # what the probe cost beyond the plain step, less what it gained
+                self._probe_spent += max(0.0, step - 1.0 - accepted)
+        self._spent_drafting = 0.0
         if fed == 1:
             self.costs.step1_s = _ema(self.costs.step1_s, seconds)
             self._plain_steps += 1
@@ -541,13 +621,8 @@ class Speculator:
                     self._lookup_accept(self._bucket), accepted / trials, weight=weight
                 )
         if source == "draft":
-            if self._probing:
-                # a probe after which the record pays makes the draft a regular again; else the gap doubles
-                pays = self._best_k("draft", self.limit["draft"]) > 0
-                self._probe_gap = (
-                    self.PROBE_GAP if pays else min(self._probe_gap * 2, self.PROBE_GAP_MAX)
-                )
-            self._next_probe = self._steps + self._probe_gap
+            self._probed = self._probed or self._probing
+            self._next_probe = self._steps + self.PROBE_GAP
         if self._shadow is not None and next_token is not None:
             right = float(self._shadow == next_token)
             self.accept["lookup"] = _ema(self.accept["lookup"], right, weight=0.1)

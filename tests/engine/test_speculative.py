@@ -23,6 +23,22 @@ def small():
     return tiny_llama(seed=2, hidden=48, heads=2, kv_heads=1, inter=64, layers=1)
 
 
+class FakeDraft:
+    """A draft that proposes `token` k times; what matters in these tests is what proposing costs.
+    `behind`: how many tokens each proposal first catches up on."""
+
+    name = "draft"
+
+    def __init__(self, token=7, behind=0):
+        self.draft, self.behind, self.token = object(), behind, token
+
+    def behind_on(self, tokens, window=None):
+        return self.behind if window is None else min(self.behind, window)
+
+    def propose(self, tokens, k, window=None):
+        return [self.token] * k
+
+
 def run(dec, prompt, seed=None, **kw):
     sampling = {}
     if seed is not None:
@@ -193,16 +209,7 @@ def test_a_decoder_shares_step_times_between_its_generations(target):
 
 
 def test_a_draft_cost_measured_by_earlier_sequences_is_not_forgotten():
-    class Draft:  # proposes anything; what matters here is what proposing costs
-        name = "draft"
-
-        def __init__(self):
-            self.draft, self.behind = object(), 0
-
-        def propose(self, tokens, k):
-            return [7] * k
-
-    draft, costs = Draft(), StepCosts(step1_s=0.004, relative={2: 1.125, 3: 1.25})
+    draft, costs = FakeDraft(), StepCosts(step1_s=0.004, relative={2: 1.125, 3: 1.25})
     source, cands = Speculator(None, draft, costs=costs).propose([1, 2, 3], room=8)
     # not measured: tried, at a width where a draft can pay
     assert source == "draft" and len(cands) == Speculator.FIRST_DRAFT_WIDTH
@@ -210,7 +217,7 @@ def test_a_draft_cost_measured_by_earlier_sequences_is_not_forgotten():
     costs.draft_call[id(draft.draft)] = {4: 20.0}
     assert Speculator(None, draft, costs=costs).propose([1, 2, 3], room=8) == (None, [])
     assert (
-        Speculator(None, Draft(), costs=costs).propose([1, 2, 3], room=8)[0] == "draft"
+        Speculator(None, FakeDraft(), costs=costs).propose([1, 2, 3], room=8)[0] == "draft"
     )  # another draft: tried
 
 
@@ -225,63 +232,87 @@ def test_draft_call_costs_are_a_fixed_part_and_a_part_per_token():
     assert spec._draft_call(1) == pytest.approx(1.4)
 
 
-def test_a_draft_that_does_not_pay_on_its_record_is_probed_with_backoff():
-    class Draft:
-        name = "draft"
-
-        def __init__(self):
-            self.draft, self.behind = (
-                object(),
-                99,
-            )  # always catching up: its proposals are not timed
-
-        def propose(self, tokens, k):
-            return [7] * k
-
-    draft = Draft()
+def test_a_draft_that_does_not_pay_on_its_record_is_probed_on_a_budget():
+    """Probes fire whatever the record says: one early in each generation, then as often as a share of
+    the time allows, counting their catch-up on the tokens the draft sat out."""
+    draft = FakeDraft(behind=99)  # always catching up: its proposals do not time a width
     costs = StepCosts(step1_s=0.004, relative={fed: 1.1 for fed in range(2, 10)})
-    costs.draft_call[id(draft.draft)] = {4: 20.0}  # so dear that no acceptance would make it pay
+    costs.draft_call[id(draft.draft)] = {3: 20.0}  # so dear that no acceptance would make it pay
+    costs.draft_catch_up[id(draft.draft)] = 0.0
     spec = Speculator(None, draft, costs=costs)
     assert spec._best_k("draft", 8) == 0
     assert spec._best_k("draft", 8, accept=Speculator.PROBE_ACCEPT) == 0
-    gaps, widths = [], []
-    for _ in range(6):  # probed all the same, after 8 steps, then 16, 32, ... up to PROBE_GAP_MAX
-        steps = 0
-        while True:
+
+    def steps_to_probe():
+        for steps in range(10000):
             source, cands = spec.propose([1, 2, 3], room=8)
             if source is not None:
-                break
+                assert len(cands) == Speculator.PROBE_MIN_WIDTH  # at a width that could pay
+                spec.feedback(source, len(cands), 0, len(cands) + 1, 0.0044, None)  # rejected
+                return steps
             spec.feedback(None, 0, 0, 1, 0.004, None)
-            steps += 1
-        widths.append(len(cands))
-        spec.feedback(source, len(cands), 0, len(cands) + 1, 0.0045, None)  # rejected
-        gaps.append(steps)
-    assert gaps == [8, 16, 32, 64, 128, 128]
-    assert set(widths) == {Speculator.PROBE_MIN_WIDTH}  # at a width that could pay
+        return None
+
+    # the first probe would cost 20 steps (> PROBE_FIRST_COST): it waits for the budget
+    gaps = [steps_to_probe() for _ in range(3)]
+    share = spec._probe_spent / spec._elapsed
+    assert None not in gaps and share <= Speculator.PROBE_SHARE
+    assert gaps[0] > 900 and all(g < 1100 for g in gaps[1:])  # ~20.1 / 0.02 steps apart
+    # a cheap probe that catches up on 30 tokens: the catch-up is part of what it costs
+    draft.behind = 30
+    costs.draft_call[id(draft.draft)] = {3: 1.2}
+    costs.draft_catch_up[id(draft.draft)] = 0.1
+    fresh = Speculator(None, draft, costs=costs)
+    fresh._next_probe = 0
+    assert fresh._probe_due([1, 2, 3], 3) is False  # 1.2 + 3.0 + 0.1 > PROBE_FIRST_COST
+    draft.behind = 10
+    assert fresh._probe_due([1, 2, 3], 3) is True  # 1.2 + 1.0 + 0.1: the generation's first probe
     # a probe after which its record pays makes it a regular: proposals at every step
-    costs.draft_call[id(draft.draft)] = {4: 0.4}
+    costs.draft_call[id(draft.draft)] = {3: 0.3}
     spec.accept["draft"] = 0.95
     assert spec.propose([1, 2, 3], room=8)[0] == "draft"
 
 
-class SimulatedDraft:
-    """A draft on a simulated machine: a k-token proposal costs call(k) target steps of the clock's time, and
-    each proposed token is the target's own with probability `agree`."""
+def test_a_long_catch_up_measures_the_catch_up_cost_per_token():
+    draft = FakeDraft(behind=1)
+    spec = Speculator(None, draft, costs=StepCosts(step1_s=0.01))
+    spec._learn_draft_cost(3, 2.0)  # a short catch-up: the width's cost
+    assert spec._draft_calls == {3: 2.0} and spec.catch_up_cost == Speculator.CATCH_UP_PRIOR
+    draft.behind = 30
+    spec._learn_draft_cost(3, 5.0)  # a known width after 30 tokens: the rest is the catch-up
+    assert spec._draft_calls == {3: 2.0} and spec.catch_up_cost == pytest.approx(0.1)
+    spec._learn_draft_cost(5, 6.0)  # a new width after 30 tokens: the rest after the catch-up
+    assert spec._draft_calls == {3: 2.0, 5: pytest.approx(3.0)}
 
-    name = "draft"
 
-    def __init__(self, clock, call, step1_s, agree, seed=0):
+class SimulatedDraft(FakeDraft):
+    """A draft on a simulated machine: a k-token proposal costs call(k) target steps of the clock's time,
+    and `catch_up` steps for each token beyond the usual 1 or 2 that it first catches up on (the steps
+    it sat out); each proposed token is the target's own with probability `agree`."""
+
+    def __init__(self, clock, call, step1_s, agree, catch_up=0.0, seed=0):
         import random
 
-        self.draft, self.behind = object(), 1
+        super().__init__()
         self.clock, self.call, self.step1_s, self.agree = clock, call, step1_s, agree
+        self.catch_up, self.seen = catch_up, 0  # the text's tokens its cache holds
         self.rng = random.Random(seed)
         self.calls: list[int] = []
 
-    def propose(self, tokens, k):
-        self.clock.t += self.call(k) * self.step1_s
+    def behind_on(self, tokens, window=None):
+        behind = len(tokens) - self.seen
+        return behind if window is None else min(behind, window)
+
+    def propose(self, tokens, k, window=None):
+        self.behind = self.behind_on(tokens, window)
+        self.clock.t += (self.call(k) + self.catch_up * max(0, self.behind - 2)) * self.step1_s
         self.calls.append(k)
+        self.seen = len(tokens) + k - 1  # it ran its proposals but the last
         return [7] * k
+
+    def verified(self, text_len, accepted):
+        """The target kept `accepted` of the proposals made at text_len: the rest leave the cache."""
+        self.seen = min(self.seen, text_len + accepted)
 
     def accepted(self, k):
         n = 0
@@ -300,10 +331,14 @@ class Clock:
 def simulate(spec, draft, step, steps, step1_s):
     """Runs `steps` verify steps on the simulated machine: (tokens, time) of the last half."""
     tokens = seconds = 0.0
+    text = [1, 2, 3]  # its values do not matter: only its length, to the draft's catch-up
     for i in range(steps):
-        source, cands = spec.propose([1, 2, 3], room=50)
         t0 = draft.clock.t
+        source, cands = spec.propose(text, room=50)
         accepted = draft.accepted(len(cands)) if source == "draft" else 0
+        if source == "draft":
+            draft.verified(len(text), accepted)
+        text = text + [0] * (accepted + 1)
         fed = len(cands) + 1
         spec.feedback(source, len(cands), accepted, fed, step(fed) * step1_s, None)
         if i >= steps // 2:
@@ -313,55 +348,53 @@ def simulate(spec, draft, step, steps, step1_s):
 
 
 @pytest.mark.parametrize(
-    "inherited",
+    "inherited, steps",
     [
-        None,  # a new draft
-        {1: 1.75},  # an earlier sequence measured only 1-token proposals, which never pay here
+        (None, 400),  # a new draft: tried at once
+        # an earlier sequence measured only 1-token proposals, which never pay here: its first probe is
+        # dear on that record (5.25 steps for 3 tokens, and 4.8 for its catch-up), and waits for the
+        # budget (PROBE_SHARE of the time)
+        ({1: 1.75}, 1200),
     ],
 )
-def test_the_controller_finds_a_draft_that_pays_only_at_width_3_or_more(inherited):
+def test_the_controller_finds_a_draft_that_pays_only_at_width_3_or_more(inherited, steps):
     """A machine whose costs make narrow proposals a loss: a draft call costs 1.7 target steps plus 0.05 a
-    token, a verify step 1 + 0.05 per extra token, and 95% of the draft's tokens are accepted. Proposing 1 token
-    yields 0.75x, 2 tokens 0.98x, 3 tokens 1.24x, 8 tokens 2.1x plain decoding."""
+    token (and 0.1 a token caught up on), a verify step 1 + 0.05 per extra token, and 95% of the draft's
+    tokens are accepted. Proposing 1 token yields 0.75x, 2 tokens 0.98x, 3 tokens 1.24x, 8 tokens 2.1x
+    plain decoding."""
     step1_s = 0.01
     clock = Clock()
-    draft = SimulatedDraft(clock, lambda k: 1.7 + 0.05 * k, step1_s, agree=0.95)
+    draft = SimulatedDraft(clock, lambda k: 1.7 + 0.05 * k, step1_s, agree=0.95, catch_up=0.1)
     costs = StepCosts()
     if inherited is not None:
         costs.step1_s = step1_s
         costs.relative = {2: 1.05}
         costs.draft_call[id(draft.draft)] = dict(inherited)
     spec = Speculator(None, draft, costs=costs, clock=clock)
-    tokens, seconds = simulate(spec, draft, lambda fed: 1 + 0.05 * (fed - 1), 400, step1_s)
+    tokens, seconds = simulate(spec, draft, lambda fed: 1 + 0.05 * (fed - 1), steps, step1_s)
     assert tokens / seconds * step1_s > 1.5  # tokens per plain step's time
     later = draft.calls[len(draft.calls) // 2 :]
     assert later and min(later) >= 3
 
 
-def test_on_a_machine_where_the_draft_never_pays_it_costs_little():
-    """The same draft at 30% agreement: probes still fire, and cost under 3% of the time."""
+@pytest.mark.parametrize("catch_up", [0.0, 0.1, 0.3])
+def test_on_a_machine_where_the_draft_never_pays_it_costs_little(catch_up):
+    """The same draft at 30% agreement, however dear its catch-up on the steps it sat out: probes
+    still fire all along, and cost under 3% of the time."""
     step1_s = 0.01
     clock = Clock()
-    draft = SimulatedDraft(clock, lambda k: 1.7 + 0.05 * k, step1_s, agree=0.3)
+    draft = SimulatedDraft(clock, lambda k: 1.7 + 0.05 * k, step1_s, agree=0.3, catch_up=catch_up)
     spec = Speculator(None, draft, clock=clock)
-    tokens, seconds = simulate(spec, draft, lambda fed: 1 + 0.05 * (fed - 1), 1000, step1_s)
+    tokens, seconds = simulate(spec, draft, lambda fed: 1 + 0.05 * (fed - 1), 2000, step1_s)
     assert tokens / seconds * step1_s > 0.97
-    assert len(draft.calls) >= 5  # probed all along
+    later = [k for k in draft.calls[len(draft.calls) // 2 :]]
+    assert len(draft.calls) >= 4 and later  # probed all along
 
 
 def test_with_both_sources_the_one_expecting_more_tokens_per_time_proposes():
-    class Draft:
-        name = "draft"
-
-        def __init__(self):
-            self.draft, self.behind = object(), 0
-
-        def propose(self, tokens, k):
-            return [99] * k
-
     text = [1, 2, 3, 4, 5, 6, 7, 8] * 3 + [1, 2]
     costs = StepCosts(step1_s=0.004, relative={fed: 1.0 for fed in range(2, 10)})
-    draft = Draft()
+    draft = FakeDraft(token=99)
     costs.draft_call[id(draft.draft)] = {4: 0.4}  # a cheap draft
     spec = Speculator(LookupProposer(), draft, costs=costs)
     spec.accept.update(
@@ -477,16 +510,10 @@ def _steps_propose(self, slot, start, tokens, k, subset=False):
 
 
 def test_a_drafts_acceptance_carries_over_to_the_next_sequence():
-    class Draft:
-        name = "draft"
-
-        def __init__(self):
-            self.draft, self.behind = object(), 0
-
-        def propose(self, tokens, k):
-            return [7] * k
-
-    draft, costs = Draft(), StepCosts(step1_s=0.004, relative={fed: 1.1 for fed in range(2, 10)})
+    draft, costs = (
+        FakeDraft(),
+        StepCosts(step1_s=0.004, relative={fed: 1.1 for fed in range(2, 10)}),
+    )
     costs.draft_call[id(draft.draft)] = {4: 2.0}  # pays only if most of its tokens are accepted
     first = Speculator(None, draft, costs=costs)
     assert first.propose([1, 2, 3], room=8) == (None, [])  # the 0.6 prior: it does not pay
