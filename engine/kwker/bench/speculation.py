@@ -22,15 +22,15 @@ TASKS = {
     # an edit that keeps most of a longer text: what lookup after a long match is for
     "edit": "Rename the function load_config to read_config everywhere in this module and return the "
     "whole module, otherwise unchanged:\n\n"
-    "import json\nimport os\n\nDEFAULTS = {\"threads\": 4, \"precision\": \"int4\", \"cache\": 1024}\n\n\n"
-    "def load_config(path):\n    \"\"\"Reads the JSON settings at path over the defaults.\"\"\"\n"
+    'import json\nimport os\n\nDEFAULTS = {"threads": 4, "precision": "int4", "cache": 1024}\n\n\n'
+    'def load_config(path):\n    """Reads the JSON settings at path over the defaults."""\n'
     "    settings = dict(DEFAULTS)\n    if os.path.exists(path):\n        with open(path) as f:\n"
     "            settings.update(json.load(f))\n    return settings\n\n\n"
-    "def save_config(path, settings):\n    \"\"\"Writes the settings that differ from the defaults.\"\"\"\n"
+    'def save_config(path, settings):\n    """Writes the settings that differ from the defaults."""\n'
     "    changed = {k: v for k, v in settings.items() if DEFAULTS.get(k) != v}\n"
-    "    with open(path, \"w\") as f:\n        json.dump(changed, f, indent=2)\n\n\n"
-    "def threads(path):\n    return load_config(path)[\"threads\"]\n\n\n"
-    "def precision(path):\n    return load_config(path)[\"precision\"]\n",
+    '    with open(path, "w") as f:\n        json.dump(changed, f, indent=2)\n\n\n'
+    'def threads(path):\n    return load_config(path)["threads"]\n\n\n'
+    'def precision(path):\n    return load_config(path)["precision"]\n',
     "chat": "Tell me a short story about a dragon who learns to cook.",
     "code": "Rewrite this function with type hints and a docstring, keeping the logic the same:\n\n"
     "def area(shape, a, b=None):\n    if shape == 'square':\n        return a * a\n"
