@@ -106,21 +106,33 @@ def batch_scaling_lines(rows: list[dict]) -> list[str]:
     ]
 
 
+# "in-answer": GenerationStats.speedup, each run's steps against its own plain steps (median of the
+# runs); on a shared machine it is steadier than the ratio of two runs' tokens/s, which were taken at
+# different moments
 SPECULATIVE_HEADER = [
-    "| task | mode | tokens/s median | speedup | tokens per step | accepted | draft token cost |",
-    "|---|---|---|---|---|---|---|",
+    "| task | mode | tokens/s median | speedup | in-answer speedup | tokens per step | accepted "
+    "| draft token cost |",
+    "|---|---|---|---|---|---|---|---|",
 ]
 
 
 def speculative_row(
-    task: str, mode: str, median: float, base: float, stats, draft_cost: float | None = None
+    task: str,
+    mode: str,
+    median: float,
+    base: float,
+    stats,
+    draft_cost: float | None = None,
+    in_answer: float | None = None,
 ) -> str:
-    """draft_cost: the draft's time per proposed token over a plain target step (median runs)."""
+    """draft_cost: the draft's time per proposed token over a plain target step (median runs);
+    in_answer: the median of the runs' GenerationStats.speedup."""
     accepted = {k: f"{v}/{stats.proposed[k]}" for k, v in stats.accepted.items()}
     cost = "-" if draft_cost is None else f"{draft_cost:.3f}"
+    inside = "-" if in_answer is None else f"{in_answer:.2f}x"
     return (
-        f"| {task} | {mode} | {median:.1f} | {median / base:.2f}x | {stats.tokens_per_step:.2f} | "
-        f"{accepted or '-'} | {cost} |"
+        f"| {task} | {mode} | {median:.1f} | {median / base:.2f}x | {inside} | "
+        f"{stats.tokens_per_step:.2f} | {accepted or '-'} | {cost} |"
     )
 
 

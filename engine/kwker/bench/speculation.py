@@ -123,6 +123,7 @@ def time_modes(dec, ids, modes: dict, max_new_tokens: int, repeats: int, task: s
     """Median tokens/s of each mode on one prompt (modes alternate, so that machine drifts hit all alike),
     after checking that every mode gave plain decoding's tokens."""
     rates, outputs, stats = {m: [] for m in modes}, {}, {}
+    inside: dict[str, list[float]] = {m: [] for m in modes}  # each run's in-answer speedup
     # the draft's seconds per proposed token, each run's over that run's plain steps
     draft_costs: dict[str, list[float]] = {m: [] for m in modes}
     plain_steps: list[float] = []
@@ -132,6 +133,8 @@ def time_modes(dec, ids, modes: dict, max_new_tokens: int, repeats: int, task: s
             outputs[mode] = dec.generate(ids, max_new_tokens=max_new_tokens, **kw)
             stats[mode] = s = dec.last_stats
             rates[mode].append(s.tokens_per_s)
+            if s.speedup is not None:
+                inside[mode].append(s.speedup)
             if mode == "plain":
                 plain_steps.append(s.plain_step_s)
             if s.proposed.get("draft"):
@@ -145,10 +148,12 @@ def time_modes(dec, ids, modes: dict, max_new_tokens: int, repeats: int, task: s
     for mode in modes:
         median = statistics.median(rates[mode])
         cost = statistics.median(draft_costs[mode]) / step if draft_costs[mode] else None
-        out(report.speculative_row(task, mode, median, base, stats[mode], cost))
+        in_answer = statistics.median(inside[mode]) if inside[mode] else None
+        out(report.speculative_row(task, mode, median, base, stats[mode], cost, in_answer))
         rows[mode] = {
             "tokens_per_s": median,
             "speedup": median / base,
+            "in_answer_speedup": in_answer,
             "tokens_per_step": stats[mode].tokens_per_step,
             "draft_token_cost": cost,
         }
