@@ -119,6 +119,40 @@ struct Avx2 {
   }
   static ireg finish_q4(ireg acc) { return _mm256_madd_epi16(acc, _mm256_set1_epi16(1)); }
 
+  // BF16P (simd::matmul_bf16p): two FMAs per pair of k, flushed by MXCSR.
+  static constexpr bool BF16_DOT = false;
+  // 8 rows' bf16 at the even (e = 0) or odd (e = 1) k of a pair, as floats: a 32-bit word holds the
+  // even k in its low half, so the odd one is the word with its low half cleared.
+  static reg load_bf16_half(const uint16_t* p, int e) {
+    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+    return _mm256_castsi256_ps(e ? _mm256_and_si256(v, _mm256_set1_epi32(int(0xffff0000u)))
+                                 : _mm256_slli_epi32(v, 16));
+  }
+  // bf16_to_f32(f32_to_bf16_daz(x)) per lane: round to nearest even, NaN kept quiet, zero and
+  // subnormals to zero of their sign.
+  static reg round_bf16(reg x) {
+    const __m256i u = _mm256_castps_si256(x), hi = _mm256_set1_epi32(int(0xffff0000u));
+    const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+    __m256i r =
+        _mm256_and_si256(_mm256_add_epi32(u, _mm256_add_epi32(_mm256_set1_epi32(0x7fff), lsb)), hi);
+    const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff)),
+                                           _mm256_set1_epi32(0x7f800000));
+    r = _mm256_blendv_epi8(
+        r, _mm256_or_si256(_mm256_and_si256(u, hi), _mm256_set1_epi32(0x00400000)), nan);
+    const __m256i tiny =
+        _mm256_cmpeq_epi32(_mm256_and_si256(u, _mm256_set1_epi32(0x7f800000)), izero());
+    r = _mm256_blendv_epi8(r, _mm256_and_si256(u, _mm256_set1_epi32(int(0x80000000u))), tiny);
+    return _mm256_castsi256_ps(r);
+  }
+  // MXCSR with FTZ (bit 15) and DAZ (bit 6) set, the previous value returned; and restored.
+  static unsigned ftz_begin() {
+    const unsigned csr = _mm_getcsr();
+    _mm_setcsr(csr | 0x8040u);
+    return csr;
+  }
+  static void ftz_end(unsigned csr) { _mm_setcsr(csr); }
+  static void pin_reg(reg& a) { asm volatile("" : "+v"(a)); }
+
   template <WType T>
   static reg load_w(const void* w, size_t i) {
     if constexpr (T == WType::F32) {
