@@ -368,7 +368,9 @@ const Bf16Act<V>* round_rows_bf16(const float* x, int rows, int ldx, int kp) {
       for (int k = 0; k < kp; k += 2 * V::W)
         V::store_bf16(out + k, V::load(xt + k), V::load(xt + k + V::W));
     } else {
+      const unsigned csr = V::ftz_begin();  // (round_bf16 reads subnormals as zero)
       for (int k = 0; k < kp; k += V::W) V::store(out + k, V::round_bf16(V::load(xt + k)));
+      V::ftz_end(csr);
     }
   }
   return buffer.data();
@@ -403,18 +405,21 @@ __attribute__((noinline)) void bf16p_tile(const Bf16Act<V>* x, const uint16_t* w
   } else {
     const unsigned csr = V::ftz_begin();
     for (int k = 0; k < kp; k += 2) {
-      for (int e : {1, 0}) {  // the odd k first, as VDPBF16PS
+      auto step = [&](auto e) {  // k + e of every row
         R wv[J];
 #pragma GCC unroll 8
         for (int j = 0; j < J; j++)
-          wv[j] = V::load_bf16_half(wp[j / RP] + size_t(k) * kPanel + (j % RP) * 2 * V::W, e);
+          wv[j] = V::template load_bf16_half<decltype(e)::value>(wp[j / RP] + size_t(k) * kPanel +
+                                                                 (j % RP) * 2 * V::W);
 #pragma GCC unroll 16
         for (int t = 0; t < TB; t++) {
-          const R xb = V::set1(x[size_t(t) * kp + k + e]);
+          const R xb = V::set1(x[size_t(t) * kp + k + decltype(e)::value]);
 #pragma GCC unroll 8
           for (int j = 0; j < J; j++) acc[t][j] = V::fma(xb, wv[j], acc[t][j]);
         }
-      }
+      };
+      step(Int<1>{});  // the odd k first, as VDPBF16PS
+      step(Int<0>{});
     }
     // The sums pass through an empty asm on each side of the MXCSR restore, so that no FMA is moved
     // past it and no epilogue add before it (the epilogue is plain float32).
@@ -434,7 +439,8 @@ __attribute__((noinline)) void bf16p_tile(const Bf16Act<V>* x, const uint16_t* w
 // The BF16P matmul: per block of kRowBlock rows, the rows rounded once, then the tiles. One row:
 // streaming GEMV tiles of NP_GEMV panels. More, with VDPBF16PS: the panels NPD at a time (the
 // model's multi-row calls take chunks of 4), each group against balanced tiles of at most TBD rows
-// (8 rows: 4 + 4), as vnni_qmatmul. Without it: the float formats' tiling (for_each_tile).
+// (8 rows: 4 + 4), as vnni_qmatmul. Without it: the float formats' tiling (for_each_tile), in tiles
+// of at most TB_BF16P rows.
 template <class V>
 void matmul_bf16p(const float* x, int m, int ldx, const void* w, int kp, int p0, int p1, float* y,
                   int ldy, const float* bias, bool accumulate) {
@@ -464,7 +470,7 @@ void matmul_bf16p(const float* x, int m, int ldx, const void* w, int kp, int p0,
         }
       }
     } else {
-      for_each_tile<V::TB, V::NP_GEMV, 2>(mc, p0, p1, tile, [](int, int) {});
+      for_each_tile<V::TB_BF16P, V::NP_GEMV, 2>(mc, p0, p1, tile, [](int, int) {});
     }
   }
 }
