@@ -347,8 +347,8 @@ void matmul(const float* x, int m, int ldx, const void* w, int kp, int p0, int p
 // provides BF16_DOT: with it (AVX512_BF16) a pair is one VDPBF16PS, dpbf16(acc, w, x) on the
 // rounded pairs that store_bf16 writes; without it (AVX2) two FMAs on bf16 values widened to float
 // (load_bf16_half, round_bf16), under MXCSR's FTZ and DAZ (ftz_begin / ftz_end), which flush as
-// VDPBF16PS does: one MXCSR write per tile, where flushing in code would cost two or three
-// operations per FMA (perf-notes #22).
+// VDPBF16PS does: MXCSR set and restored once per tile, where flushing in code would cost two or
+// three operations per FMA (perf-notes #22).
 
 // The rounded activations as the tiles broadcast them: VDPBF16PS takes bf16 bits (a pair of k per
 // 32-bit word), the FMA tiles floats (each a bf16 value).
