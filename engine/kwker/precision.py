@@ -1,6 +1,7 @@
 """The one precision table: what each precision is called, shown as, stored in, costs, and is benched against.
 
-A precision says how the weights are stored once loaded (activations are always float32). Every part of Kwker
+A precision says how the weights are stored once loaded and how their matmuls compute. Activations are float32
+everywhere but in "bf16-dot", whose matmuls round them to bf16 (the bf16 dot product, below). Every part of Kwker
 reads it from here: the decoder (the native formats), the command line (its choices, parsed before torch
 loads, so this module imports neither torch nor the native module), the app (labels, "Model's own"), the
 model catalog (bytes per weight), `kwker bench` (the GGUF formats llama.cpp runs beside each precision, the
@@ -41,6 +42,9 @@ FORMATS = {
     for f in (
         Format("F32", 1, 4, "float32"),
         Format("BF16", 1, 2, "bfloat16"),
+        # bf16 in pairs along k for the bf16 dot product (VDPBF16PS), which also rounds the
+        # activations to bf16
+        Format("BF16P", 1, 2, "bfloat16"),
         Format("F16", 1, 2, "float16"),
         # blocks of 32 along the input dimension: Q8 = 32 int8 + an fp16 scale (8.5 bits per weight),
         # Q4 = 32 nibbles + an fp16 scale and min (5 bits)
@@ -68,6 +72,15 @@ class Precision:
     transformers_dtype: str | None = None
 
 
+# bf16 and bf16-dot hold the same bf16 weights and compute differently (perf-notes #22):
+# - "bf16" (format BF16): the activations stay float32, one float32 FMA chain over k per output. The bf16
+#   weights exactly, nothing else rounded: what a bf16 model's own precision means (README: activations are
+#   float32), and the closer to fp32 (SmolLM2-135M, 512 tokens: mean KL 0.00016 from fp32).
+# - "bf16-dot" (format BF16P): the matmuls round the activations to bf16 and multiply pairs of k with
+#   VDPBF16PS (AVX512_BF16: twice the multiply-adds of an fp32 FMA per instruction; other CPUs compute the same
+#   bits with two FMAs per pair), as transformers' bfloat16 also rounds them. Mean KL 0.00039, the same top-1
+#   agreement (99.0%); faster where the matmuls are compute bound (prefill, verify steps, batches on AVX-512
+#   BF16), and on AVX2 for 1-8 rows.
 # int4 runs against Q4_0 (symmetric, 4.5 bits: the usual llama.cpp peer) and Q4_1 (a scale and a min per
 # block of 32, 5 bits: the same kind of format as kwker's Q4), and against the Q4_0 that llama.cpp's
 # quantizer writes (it keeps a tied embedding whose rows are not a multiple of 256 at Q8_0, as int4 does).
@@ -77,6 +90,9 @@ PRECISIONS = {p.name: p for p in (
               gguf=("F32",), gguf_kept=frozenset({"F32"}), transformers_dtype="float32"),
     Precision("bf16", weights="bfloat16", label="bfloat16", matrices="BF16", embeddings="BF16",
               gguf=("BF16",), gguf_kept=frozenset({"BF16"}), transformers_dtype="bfloat16"),
+    Precision("bf16-dot", weights="bfloat16", label="bfloat16, bf16 dot products",
+              matrices="BF16P", embeddings="BF16P", gguf=("BF16",), gguf_kept=frozenset({"BF16"}),
+              transformers_dtype="bfloat16"),
     Precision("fp16", weights="float16", label="float16", matrices="F16", embeddings="F16"),
     Precision("balanced", weights="int8", label="Balanced (int8)", matrices="Q8", embeddings="Q8",
               gguf=("Q8_0",), gguf_kept=frozenset({"Q8_0"})),
@@ -85,12 +101,19 @@ PRECISIONS = {p.name: p for p in (
 )}
 # fmt: on
 NAMES = tuple(PRECISIONS)
-ALIASES = {p.weights: p.name for p in PRECISIONS.values() if p.weights != p.name}
+# A number type names the first precision of that weight type ("bfloat16": "bf16")
+ALIASES: dict[str, str] = {}
+for _p in PRECISIONS.values():
+    if _p.weights != _p.name:
+        ALIASES.setdefault(_p.weights, _p.name)
 
 # What a model is converted to at load to save memory: the app offers these beside the model's own, and the
 # quality table scores them against fp32. fp16 is not among them: it has bf16's bytes with a narrower range
 # (it overflows past 65504), so it runs as a model's own dtype or when asked for by name.
 CONVERSIONS = ("bf16", "balanced", "int4")
+# Precisions that store a conversion's weights and compute otherwise: the quality table scores them too, the
+# app's memory fit does not list them apart (their bytes are a conversion's).
+COMPUTATIONS = ("bf16-dot",)
 
 # A draft model only proposes; its precision changes how often the target agrees, never the output. int4
 # makes its steps the cheapest, which is what decides whether it pays (perf-notes #1).
@@ -118,7 +141,10 @@ def checked(name: str | None) -> str | None:
 
 def own_precision(dtype) -> str | None:
     """The precision of weights of this torch dtype (the dtype or its name); None when kwker has none."""
-    floats = {p.weights: p.name for p in PRECISIONS.values() if not FORMATS[p.matrices].quantized}
+    floats: dict[str, str] = {}
+    for p in PRECISIONS.values():
+        if not FORMATS[p.matrices].quantized:
+            floats.setdefault(p.weights, p.name)  # the first of a number type (bfloat16: bf16)
     return floats.get(str(dtype).removeprefix("torch."))
 
 

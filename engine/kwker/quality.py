@@ -12,9 +12,10 @@ from importlib import resources
 
 import torch
 
-from kwker.precision import CONVERSIONS, PRECISIONS
+from kwker.precision import COMPUTATIONS, CONVERSIONS, PRECISIONS
 
-ROWS = ("fp32", *CONVERSIONS)  # the reference, then what a model is converted to
+# the reference, what a model is converted to, and the other computations on those weights
+ROWS = ("fp32", *CONVERSIONS, *COMPUTATIONS)
 
 
 def text() -> str:

@@ -18,7 +18,7 @@ def one_at_a_time(dec, seq):
     return torch.cat(rows)
 
 
-@pytest.mark.parametrize("precision", [None, "bf16", "fp16", "balanced", "int4"])
+@pytest.mark.parametrize("precision", [None, "bf16", "bf16-dot", "fp16", "balanced", "int4"])
 @pytest.mark.parametrize("threads", [1, 2])
 def test_logits_identical_alone_in_steps_and_in_prefill(precision, threads):
     model = tiny_llama(hidden=192, heads=3, kv_heads=1, inter=200, tied=False)
@@ -56,7 +56,7 @@ def test_thread_count_does_not_change_bits(precision):
         )
 
 
-@pytest.mark.parametrize("precision", [None, "bf16", "balanced", "int4"])
+@pytest.mark.parametrize("precision", [None, "bf16", "bf16-dot", "balanced", "int4"])
 def test_every_isa_is_batch_invariant_and_close_to_the_reference(precision, monkeypatch):
     """The whole decoding step on every kernel set: the portable reference, AVX2 and AVX-512 (on a CPU without
     AVX-512, its source compiled on SIMDe: "avx512-emulated"). Within an ISA, prefill, a 3-token step and 1-token

@@ -31,13 +31,13 @@ def test_formats_match_the_native_weight_types():
 
 def test_bytes_per_weight():
     bits = {name: f.bytes_per_weight * 8 for name, f in FORMATS.items()}
-    assert bits == {"F32": 32, "BF16": 16, "F16": 16, "Q8": 8.5, "Q4": 5}
+    assert bits == {"F32": 32, "BF16": 16, "BF16P": 16, "F16": 16, "Q8": 8.5, "Q4": 5}
     assert precision.weight_bytes("int4") == 20 / 32
     assert precision.weight_bytes(precision.AUTO) == precision.weight_bytes(None) == 4
 
 
 def test_names_aliases_and_the_models_own():
-    assert precision.NAMES == ("fp32", "bf16", "fp16", "balanced", "int4")
+    assert precision.NAMES == ("fp32", "bf16", "bf16-dot", "fp16", "balanced", "int4")
     assert precision.ALIASES == {
         "float32": "fp32",
         "bfloat16": "bf16",
@@ -73,6 +73,16 @@ def test_labels_and_lists():
     ]
     assert all(precision.quantized(p) for p in ("balanced", "int4"))
     assert not any(precision.quantized(p) for p in (None, "fp32", "bf16", "fp16"))
+
+
+def test_bf16_dot_is_bf16s_weights_computed_otherwise():
+    """bf16-dot stores bf16's bytes (its own format: k in pairs) and is scored beside the conversions, but the
+    number type bfloat16 and a bf16 model's own precision still name bf16 (float32 activations)."""
+    assert precision.COMPUTATIONS == ("bf16-dot",)
+    assert precision.weight_bytes("bf16-dot") == precision.weight_bytes("bf16") == 2
+    assert PRECISIONS["bf16-dot"].matrices == PRECISIONS["bf16-dot"].embeddings == "BF16P"
+    assert precision.checked("bf16-dot") == "bf16-dot" and not precision.quantized("bf16-dot")
+    assert precision.canonical("bfloat16") == precision.own_precision("bfloat16") == "bf16"
 
 
 def test_gguf_peers():

@@ -27,6 +27,7 @@ def test_precision_quality_bounds(smollm2):
     assert 5 < ppl < 40 and math.isfinite(ppl)  # the model does read the text
     bounds = {
         "bf16": (0.002, 0.97, 1.01),
+        "bf16-dot": (0.002, 0.97, 1.01),  # measured 0.0004 / 99.0% (the activations rounded too)
         "balanced": (0.03, 0.90, 1.05),
         "int4": (0.03, 0.90, 1.05),
     }

@@ -12,7 +12,7 @@ from test_families import MODELS
 from kwker import _native
 from kwker.decode import KwkDecoder
 
-PRECISIONS = ["fp32", "bf16", "fp16", "balanced", "int4"]
+PRECISIONS = ["fp32", "bf16", "bf16-dot", "fp16", "balanced", "int4"]
 ISAS = [i for i in ("generic", "avx2", "avx512", "avx512-emulated") if _native.isa_supported(i)]
 # (ISA, threads) pairs compared with the reference on one thread: every ISA, and the best one on 2 and 3 threads
 BEST = "avx512" if "avx512" in ISAS else "avx2"

@@ -12,7 +12,8 @@ AVX512 = "avx512" if _native.isa_supported("avx512") else "avx512-emulated"
 ISAS = ["generic", "avx2", AVX512]
 SIZES = [1, 3, 7, 17, 31, 33, 127, 129]
 WTYPES = {"f32": (_native.WType.F32, torch.float32), "bf16": (_native.WType.BF16, torch.bfloat16),
-          "f16": (_native.WType.F16, torch.float16), "q8": (_native.WType.Q8, None), "q4": (_native.WType.Q4, None)}
+          "f16": (_native.WType.F16, torch.float16), "q8": (_native.WType.Q8, None), "q4": (_native.WType.Q4, None),
+          "bf16p": (_native.WType.BF16P, torch.bfloat16)}
 EPS32 = np.finfo(np.float32).eps
 
 
@@ -30,6 +31,12 @@ def weights(n, k, wtype, rng):
     t = torch.from_numpy(w).to(dtype)
     raw = t.numpy() if wtype == "f32" else t.view(torch.int16).numpy().view(np.uint16)
     return raw, t.double().numpy()
+
+
+def bf16_activations(x):
+    """x as the BF16P matmul reads it: rounded to bf16 (torch's rounding), subnormals to zero of their sign."""
+    x = np.where(np.abs(x) < np.finfo(np.float32).tiny, np.copysign(np.float32(0), x), x).astype(np.float32)
+    return torch.from_numpy(x).to(torch.bfloat16).float().numpy()
 
 
 def gamma_bound(x, w_exact, k):
@@ -50,6 +57,8 @@ def test_matmul_matches_float64_within_rounding_bound(isa, wtype, k):
     y = _native.kernel_matmul(isa, x, raw, WTYPES[wtype][0], bias)
     if WTYPES[wtype][1] is None:  # quantized weights meet activations quantized per row and block of 32
         x = _native.kernel_quantized_activations(x)
+    if wtype == "bf16p":  # the bf16 dot product rounds the activations to bf16
+        x = bf16_activations(x)
     ref = x.astype(np.float64) @ exact.T + bias
     assert np.all(np.abs(y - ref) <= gamma_bound(x, exact, k) + np.abs(bias) * EPS32)
 
@@ -475,3 +484,91 @@ def test_the_samplers_pass_runs_on_kernels_chosen_once():
             _native.softmax_stats(x, bad_t, 9.0)
     with pytest.raises(TypeError, match="float32"):
         _native.softmax_stats(x.astype(np.float64), 1.0, 9.0)
+
+
+# BF16P: the bf16 dot product of VDPBF16PS (kernels.h). Every ISA gives its bits: the AVX-512 source with the
+# instruction (on SIMDe: the SDM's definition, avx512_emulated.cpp), AVX2 with two FMAs per pair under MXCSR's
+# FTZ/DAZ, the reference with fma_ftz.
+BF16P = _native.WType.BF16P
+
+
+def bf16_bits(values):
+    """The bf16 bits of float32 values that bf16 holds exactly."""
+    return torch.tensor(np.asarray(values, np.float32)).to(torch.bfloat16).view(torch.int16).numpy().view(np.uint16)
+
+
+@pytest.mark.parametrize("m", [2, 3, 4, 5, 6, 7, 8, 9, 12, 13, 47, 48, 49, 61])
+def test_bf16_dot_gemm_tiles_are_identical_across_isas_and_alone(m):
+    """The VDPBF16PS GEMM (two rows or more: tiles of up to 6 tokens x 4 panels, the panels left over in tiles of
+    1-3, rows in blocks of 48) gives the reference's bits for every row count and panel remainder; and every row
+    computed alone (the GEMV tiles) is the same row inside the call."""
+    rng = np.random.default_rng(200 + m)
+    for k, n in [(32, 16), (97, 9 * 16 - 3), (129, 6 * 16), (576, 7 * 16 + 1)]:
+        x = rng.standard_normal((m, k)).astype(np.float32)
+        raw, _ = weights(n, k, "bf16p", rng)
+        ref = _native.kernel_matmul("generic", x, raw, BF16P)
+        for isa in ISAS[1:]:
+            if _native.isa_supported(isa):
+                assert np.array_equal(_native.kernel_matmul(isa, x, raw, BF16P), ref), (isa, k, n)
+                alone = np.concatenate([_native.kernel_matmul(isa, x[t:t + 1], raw, BF16P) for t in range(m)])
+                assert np.array_equal(alone, ref), (isa, k, n)
+
+
+def test_bf16_dot_takes_each_pair_odd_k_first():
+    """Per pair of k the odd product is added first, as the SDM defines VDPBF16PS: with ones for weights and x =
+    [0, 1, 2^-24 + 2^-30, 2^-24], the odd-first chain 1, 1, 1 (a tie to even), 1 + 2^-23 ends one ulp below the
+    order k = 0, 1, 2, 3 of BF16 (1, 1 + 2^-23, then a tie to even: 1 + 2^-22)."""
+    x = np.array([[0.0, 1.0, 2.0**-24 + 2.0**-30, 2.0**-24]], np.float32)
+    w = bf16_bits(np.ones((16, 4)))
+    for isa in ISAS:
+        if _native.isa_supported(isa):
+            assert _native.kernel_matmul(isa, x, w, BF16P)[0, 0] == np.float32(1 + 2.0**-23), isa
+            assert _native.kernel_matmul(isa, x, w, _native.WType.BF16)[0, 0] == np.float32(1 + 2.0**-22), isa
+
+
+def test_bf16_dot_flushes_as_vdpbf16ps():
+    """VDPBF16PS reads subnormal inputs as zero (DAZ) and flushes tiny results (FTZ), detecting tininess after
+    rounding: every ISA does the same. Columns (one output each, k = 2: the odd product first):
+      0: 2^-70 x 2^-70 = 2^-140 (a subnormal product): 0, where IEEE keeps it;
+      1: 2^-63 x 2^-63 = 2^-126 (FLT_MIN, kept), then + 2^-75 x -2^-75: exactly FLT_MIN (1 - 2^-24), which
+         gradual underflow rounds up to FLT_MIN but 24 bits with an unbounded exponent do not: 0;
+      2: an activation just below FLT_MIN (f32 subnormal; rounding would make it FLT_MIN) x 2^100: 0;
+      3: a subnormal bf16 weight (bits 0x0001) x 2^100: 0;
+      4: a product that stays normal: 2^-60 x 2^-60 = 2^-120."""
+    tiny_x = np.frombuffer(np.uint32(0x007FFFFF).tobytes(), np.float32)[0]
+    x = np.array([[2.0**-70, 0.0, 2.0**-75, 2.0**-63, tiny_x, 0.0, 0.0, 2.0**100, 0.0, 2.0**-60]], np.float32)
+    w = np.zeros((16, 10), np.uint16)
+    w[0, 0] = bf16_bits([2.0**-70])[0]
+    w[1, 2:4] = bf16_bits([-(2.0**-75), 2.0**-63])
+    w[2, 4] = bf16_bits([2.0**100])[0]
+    w[3, 7] = 0x0001
+    w[4, 9] = bf16_bits([2.0**-60])[0]
+    expect = np.zeros(16, np.float32)
+    expect[4] = 2.0**-120
+    for isa in ISAS:
+        if _native.isa_supported(isa):
+            y = _native.kernel_matmul(isa, x, w, BF16P)[0]
+            assert np.array_equal(y.view(np.uint32), expect.view(np.uint32)), (isa, y[:5])
+    # the same inputs in IEEE arithmetic (BF16: float32 activations) keep the tiny results
+    assert _native.kernel_matmul("generic", x, w, _native.WType.BF16)[0, 0] == np.float32(2.0**-140)
+
+
+@pytest.mark.parametrize("isa", ISAS)
+def test_bf16_dot_rounds_activations_as_vcvtne2ps2bf16(isa):
+    """Activations round to nearest even (ties both ways), infinities stay, a value that rounds past the largest
+    bf16 becomes infinity, NaN stays NaN. Row r holds one value at column r; the first output sums its row with
+    weights of one, so it is the rounded value itself."""
+    needs(isa)
+    b = lambda bits: np.frombuffer(np.asarray(bits, np.uint32).tobytes(), np.float32)
+    # 1 + half an ulp of bf16 (a tie: to even, 1), 1 + 3 half ulps (a tie: up), just above a tie, the largest
+    # floats, the infinities, a value bf16 holds
+    values = np.concatenate([b([0x3F808000, 0x3F818000, 0x3F808001, 0x7F7FFFFF, 0xFF7FFFFF]), [np.inf, -np.inf, 1.5]])
+    x = np.zeros((len(values) + 1, 32), np.float32)
+    x[np.arange(len(values)), np.arange(len(values))] = values
+    x[-1, 5] = np.nan
+    w = np.zeros((16, 32), np.float32)
+    w[0] = 1
+    y = _native.kernel_matmul(isa, x, bf16_bits(w), BF16P)[:, 0]
+    expect = np.array([1.0, 1 + 2.0**-6, 1 + 2.0**-7, np.inf, -np.inf, np.inf, -np.inf, 1.5], np.float32)
+    assert np.array_equal(y[:-1], expect), y
+    assert np.isnan(y[-1])

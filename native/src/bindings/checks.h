@@ -68,12 +68,12 @@ inline std::vector<int32_t> id_vector(const py::handle& obj, const std::string& 
 }
 
 // A 2-D weight matrix as set_matrix and the kernel tests read it for type t: float32 for F32 and
-// the quantized types (quantized at packing), the uint16 (or int16) bits of bf16 / fp16 for BF16
-// and F16. C-contiguous.
+// the quantized types (quantized at packing), the uint16 (or int16) bits of bf16 / fp16 for BF16,
+// BF16P and F16. C-contiguous.
 inline py::array weight_array(const py::handle& obj, WType t, const std::string& what) {
   py::array a = as_array(obj, what);
   check_ndim(a, 2, what);
-  const bool halves = t == WType::BF16 || t == WType::F16;
+  const bool halves = t == WType::BF16 || t == WType::BF16P || t == WType::F16;
   const bool ok =
       halves ? a.dtype().is(py::dtype::of<uint16_t>()) || a.dtype().is(py::dtype::of<int16_t>())
              : a.dtype().is(py::dtype::of<float>());

@@ -24,7 +24,8 @@ PYBIND11_MODULE(_native, m) {
       .value("BF16", kwker::WType::BF16)
       .value("F16", kwker::WType::F16)
       .value("Q8", kwker::WType::Q8)
-      .value("Q4", kwker::WType::Q4);
+      .value("Q4", kwker::WType::Q4)
+      .value("BF16P", kwker::WType::BF16P);
   py::enum_<kwker::Activation>(m, "Activation", "The MLP gate's activation")
       .value("Silu", kwker::Activation::Silu)
       .value("GeluTanh", kwker::Activation::GeluTanh);

@@ -5,6 +5,9 @@
 //   float formats: [n_pad / kPanel][kp][kPanel] elements, so that one load brings kPanel outputs'
 //   weights for one k (the layout an outer-product kernel streams); quantized formats: per panel,
 //   kp / kQBlock blocks (BlockQ8 / BlockQ4 below), each kQBlock columns of the panel's kPanel rows.
+//   BF16P (bf16 for the dot-product kernels) keeps a panel's k in pairs: [n_pad / kPanel][kp / 2]
+//   [kPanel][2], so that a row's two consecutive k share one 32-bit word (k even in the low half),
+//   the operand of VDPBF16PS.
 #pragma once
 
 #include <cstddef>
@@ -18,8 +21,9 @@ constexpr int kPanel = 16;  // weight rows per packed panel
 
 inline int pad_to(int n, int m = kPad) { return (n + m - 1) / m * m; }
 
-enum class WType : int { F32 = 0, BF16 = 1, F16 = 2, Q8 = 3, Q4 = 4 };
-constexpr int kWTypes = 5;
+// BF16P: bf16 weights whose matmul rounds the activations to bf16 too (kernels.h, "BF16P").
+enum class WType : int { F32 = 0, BF16 = 1, F16 = 2, Q8 = 3, Q4 = 4, BF16P = 5 };
+constexpr int kWTypes = 6;
 constexpr int kQBlock = 32;  // weights per quantization block, along k
 // k-steps per group: what one integer dot-product instruction takes per lane
 constexpr int kQGroup = 4;
@@ -66,6 +70,7 @@ inline constexpr FormatTraits kFormats[kWTypes] = {
      8.0 * sizeof(BlockQ8) / (kPanel * kQBlock)},
     {WType::Q4, "Q4", ActivationFormat::Int8Blocks, 0, sizeof(BlockQ4),
      8.0 * sizeof(BlockQ4) / (kPanel * kQBlock)},
+    {WType::BF16P, "BF16P", ActivationFormat::Float32, 2, 0, 16.0},
 };
 constexpr const FormatTraits& format(WType t) { return kFormats[int(t)]; }
 
@@ -104,6 +109,17 @@ inline uint16_t f32_to_bf16(float f) {
   if ((u & 0x7fffffffu) > 0x7f800000u) return uint16_t((u >> 16) | 0x40);
   return uint16_t((u + 0x7fffu + ((u >> 16) & 1)) >> 16);
 }
+// A bf16 subnormal as zero of its sign, as VDPBF16PS reads its operands (DAZ): BF16P weights are
+// stored so, and what the kernels read is what is stored.
+inline uint16_t bf16_flush_subnormal(uint16_t h) { return (h & 0x7f80) ? h : uint16_t(h & 0x8000); }
+// An activation as the BF16P matmul reads it: f32_to_bf16, but a subnormal float becomes zero of
+// its sign (VCVTNE2PS2BF16 treats subnormal inputs as zero; rounding could otherwise make one the
+// smallest normal bf16).
+inline uint16_t f32_to_bf16_daz(float f) {
+  uint32_t u;
+  __builtin_memcpy(&u, &f, 4);
+  return (u & 0x7f800000u) ? f32_to_bf16(f) : uint16_t((u >> 16) & 0x8000);
+}
 
 // Rounding to the nearest integer, ties to even, with plain float adds (exact for |v| < 2^22): the
 // same bits on every ISA and vectorizable, unlike a libm call.
@@ -132,6 +148,11 @@ float panel_value(const void* packed, WType t, int kp, int r, int c);
 // Index of element (r, c) in a float-format packed matrix.
 inline size_t panel_index(int r, int c, int kp) {
   return (size_t(r / kPanel) * kp + c) * kPanel + r % kPanel;
+}
+// Index of element (r, c) in a packed matrix of float format t (BF16P: k in pairs, see above).
+inline size_t float_index(WType t, int r, int c, int kp) {
+  if (t != WType::BF16P) return panel_index(r, c, kp);
+  return (size_t(r / kPanel) * kp + (c & ~1)) * kPanel + (r % kPanel) * 2 + (c & 1);
 }
 // Quantized weight (row r, column c) of a packed Q8/Q4 matrix: the integer q, the block's scale and
 // min (0 for Q8).

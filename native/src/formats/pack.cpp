@@ -66,6 +66,7 @@ float float_at(const void* data, WType t, size_t i) {
     case WType::F32:
       return static_cast<const float*>(data)[i];
     case WType::BF16:
+    case WType::BF16P:
       return bf16_to_f32(static_cast<const uint16_t*>(data)[i]);
     default:
       return f16_to_f32(static_cast<const uint16_t*>(data)[i]);
@@ -227,8 +228,8 @@ void copy_panel_row(const void* src, int rs, void* dst, int rd, WType t, int kp)
   }
   const size_t size = wtype_size(t);
   for (int c = 0; c < kp; c++)
-    std::memcpy(static_cast<char*>(dst) + panel_index(rd, c, kp) * size,
-                static_cast<const char*>(src) + panel_index(rs, c, kp) * size, size);
+    std::memcpy(static_cast<char*>(dst) + float_index(t, rd, c, kp) * size,
+                static_cast<const char*>(src) + float_index(t, rs, c, kp) * size, size);
 }
 
 void pack_panel_range(const void* src, WType t, int n, int k, void* dst, int p0, int p1) {
@@ -247,6 +248,14 @@ void pack_panel_range(const void* src, WType t, int n, int k, void* dst, int p0,
     return;
   }
   const size_t es = wtype_size(t);
+  if (t == WType::BF16P) {  // subnormals stored as the kernels read them (zero)
+    const uint16_t* h = static_cast<const uint16_t*>(src);
+    for (int r = r0; r < r1; r++)
+      for (int c = 0; c < k; c++)
+        static_cast<uint16_t*>(dst)[float_index(t, r, c, kp)] =
+            bf16_flush_subnormal(h[size_t(r - r0) * k + c]);
+    return;
+  }
   for (int r = r0; r < r1; r++)
     for (int c = 0; c < k; c++)
       std::memcpy(static_cast<char*>(dst) + panel_index(r, c, kp) * es,
@@ -267,7 +276,7 @@ int panel_q(const void* packed, WType t, int kp, int r, int c, float* scale, flo
 }
 
 float panel_value(const void* packed, WType t, int kp, int r, int c) {
-  if (!wtype_quantized(t)) return float_at(packed, t, panel_index(r, c, kp));
+  if (!wtype_quantized(t)) return float_at(packed, t, float_index(t, r, c, kp));
   float scale, min;
   const int q = panel_q(packed, t, kp, r, c, &scale, &min);
   return float(q) * scale + min;

@@ -119,6 +119,49 @@ struct Avx2 {
   }
   static ireg finish_q4(ireg acc) { return _mm256_madd_epi16(acc, _mm256_set1_epi16(1)); }
 
+  // BF16P (simd::matmul_bf16p): two FMAs per pair of k, flushed by MXCSR. Tiles of up to 5 tokens:
+  // 5 x 2 sums + weights + a broadcast + the mask; 6 spilled two sums (perf-notes #22).
+  static constexpr bool BF16_DOT = false;
+  static constexpr int TB_BF16P = 5;
+  // 8 rows' bf16 at the even (e = 0) or odd (e = 1) k of a pair, as floats: a 32-bit word holds the
+  // even k in its low half, so the odd one is the word with its low half cleared.
+  template <int E>
+  static reg load_bf16_half(const uint16_t* p) {
+    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+    return _mm256_castsi256_ps(E ? _mm256_and_si256(v, _mm256_set1_epi32(int(0xffff0000u)))
+                                 : _mm256_slli_epi32(v, 16));
+  }
+  // bf16_to_f32(f32_to_bf16_daz(x)) per lane, called under ftz_begin: x * 1 is then x with a
+  // subnormal read as zero of its sign (DAZ) and a NaN quiet; + 0x7fff + the lowest kept bit and
+  // the low half cleared round to nearest even (a carry into the exponent is the right rounding),
+  // except for a NaN, which keeps its upper half. 8 operations where doing DAZ and the NaN's case
+  // with integer compares and blends took 14 (the rounding is a pass over each call's activations).
+  static reg round_bf16(reg x) {
+    reg one = _mm256_set1_ps(1.f);
+    asm("" : "+x"(one));  // an opaque 1: the compiler would drop x * 1 as exact
+    const reg a = _mm256_mul_ps(x, one);
+    const __m256i u = _mm256_castps_si256(a);
+    const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+    const __m256i nan = _mm256_castps_si256(_mm256_cmp_ps(a, a, _CMP_UNORD_Q));
+    const __m256i inc = _mm256_andnot_si256(nan, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff)));
+    return _mm256_castsi256_ps(
+        _mm256_and_si256(_mm256_add_epi32(u, inc), _mm256_set1_epi32(int(0xffff0000u))));
+  }
+  // MXCSR with FTZ (bit 15) and DAZ (bit 6) set, the previous value returned; and restored. The
+  // memory clobbers keep loads after the first and stores before the second (the compiler does not
+  // know that MXCSR changes what float operations compute).
+  static unsigned ftz_begin() {
+    const unsigned csr = _mm_getcsr();
+    _mm_setcsr(csr | 0x8040u);
+    asm volatile("" ::: "memory");
+    return csr;
+  }
+  static void ftz_end(unsigned csr) {
+    asm volatile("" ::: "memory");
+    _mm_setcsr(csr);
+  }
+  static void pin_reg(reg& a) { asm volatile("" : "+v"(a)); }
+
   template <WType T>
   static reg load_w(const void* w, size_t i) {
     if constexpr (T == WType::F32) {

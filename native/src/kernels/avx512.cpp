@@ -1,6 +1,6 @@
-// AVX-512 (F, BW, VL, DQ, VNNI) instantiation of the SIMD kernels: the same template as AVX2 with
-// 16-float registers and a larger register tile. Called only after the CPU has been checked for
-// those features.
+// AVX-512 (F, BW, VL, DQ, VNNI; BF16 where the CPU has it) instantiation of the SIMD kernels: the
+// same template as AVX2 with 16-float registers and a larger register tile. Called only after the
+// CPU has been checked for those features.
 #include <immintrin.h>
 
 #include "simd_kernels.h"
@@ -9,6 +9,11 @@
 #define KWKER_AVX512_ENTRY kernels_avx512
 #define KWKER_AVX512_NAME "avx512"
 #define KWKER_AVX512_PIN(a) asm("" : "+v"(a))
+// AVX512_BF16 (this file is compiled with -mavx512bf16; these are its only BF16 instructions, and
+// the table uses them only on a CPU that has them, see below)
+#define KWKER_AVX512_DPBF16(acc, a, b) _mm512_dpbf16_ps(acc, (__m512bh)(a), (__m512bh)(b))
+#define KWKER_AVX512_CVTNE2PS_PBH(hi, lo) ((__m512i)_mm512_cvtne2ps_pbh(hi, lo))
+#define KWKER_AVX512_HAS_BF16() __builtin_cpu_supports("avx512bf16")
 #endif
 
 namespace kwker {
@@ -118,6 +123,23 @@ struct Avx512 {
   // 4 activation bytes to every lane, each plus 128 (as unsigned: x ^ 0x80)
   static ireg bcast4_u8(const int8_t* p, ireg c80) { return _mm512_xor_si512(bcast4(p), c80); }
 
+  // BF16P (simd::matmul_bf16p): one VDPBF16PS per pair of k. Tiles of TBD tokens x NPD panels
+  // for two rows or more (TBD x NPD sums, NPD weight registers, a broadcast: perf-notes #22).
+  static constexpr bool BF16_DOT = true;
+  static constexpr int TBD = 6, NPD = 4;
+  // the 16 rows' pairs at one pair of k: 32 bf16, [row][k even, k odd]
+  static ireg load_bf16_pairs(const uint16_t* p) { return _mm512_loadu_si512(p); }
+  static ireg bcast_bf16_pair(const uint16_t* p) {
+    int32_t v;
+    __builtin_memcpy(&v, p, 4);
+    return _mm512_set1_epi32(v);
+  }
+  static reg dpbf16(reg acc, ireg w, ireg x) { return KWKER_AVX512_DPBF16(acc, w, x); }
+  // 32 activations (lo: the first 16) rounded to bf16 (f32_to_bf16_daz: VCVTNE2PS2BF16's rounding)
+  static void store_bf16(uint16_t* out, reg lo, reg hi) {
+    _mm512_storeu_si512(out, KWKER_AVX512_CVTNE2PS_PBH(hi, lo));
+  }
+
   template <WType T>
   static reg load_w(const void* w, size_t i) {
     if constexpr (T == WType::F32) {
@@ -135,7 +157,14 @@ struct Avx512 {
 }  // namespace
 
 const Kernels& KWKER_AVX512_ENTRY() {
-  static const Kernels k = simd::make_kernels<Avx512>(KWKER_AVX512_NAME);
+  static const Kernels k = [] {
+    Kernels table = simd::make_kernels<Avx512>(KWKER_AVX512_NAME);
+    // AVX-512 CPUs without AVX512_BF16 (Skylake-X to Ice Lake) take AVX2's BF16P kernel: the same
+    // bits without VDPBF16PS.
+    if (!KWKER_AVX512_HAS_BF16())
+      table.matmul[int(WType::BF16P)] = kernels_avx2().matmul[int(WType::BF16P)];
+    return table;
+  }();
   return k;
 }
 

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "canonical.h"
 #include "kernels.h"
 
 namespace kwker {
@@ -52,8 +53,41 @@ inline float reduce_max_ps(simde__m512 a) {
   return m;
 }
 
+// VDPBF16PS as Intel's SDM defines it, lane by lane: the odd pair first, each step an FMA with
+// DAZ on its inputs and FTZ on its result. (SIMDe 0.8.2's adds the even product first, rounds the
+// product and the sum apart, and flushes nothing.)
+inline float daz(float v) { return std::fabs(v) < 0x1p-126f ? std::copysign(0.f, v) : v; }
+inline simde__m512 dpbf16_ps(simde__m512 src, simde__m512i a, simde__m512i b) {
+  float acc[16];
+  uint16_t x[32], y[32];
+  __builtin_memcpy(acc, &src, sizeof(acc));
+  __builtin_memcpy(x, &a, sizeof(x));
+  __builtin_memcpy(y, &b, sizeof(y));
+  for (int i = 0; i < 16; i++)
+    for (int e : {1, 0})
+      acc[i] = fma_ftz(daz(bf16_to_f32(x[2 * i + e])), daz(bf16_to_f32(y[2 * i + e])), daz(acc[i]));
+  simde__m512 r;
+  __builtin_memcpy(&r, acc, sizeof(acc));
+  return r;
+}
+// VCVTNE2PS2BF16: lo's 16 values in the low half, hi's in the high half, each as f32_to_bf16_daz.
+inline simde__m512i cvtne2ps_pbh(simde__m512 hi, simde__m512 lo) {
+  float v[32];
+  uint16_t out[32];
+  __builtin_memcpy(v, &lo, sizeof(float) * 16);
+  __builtin_memcpy(v + 16, &hi, sizeof(float) * 16);
+  for (int i = 0; i < 32; i++) out[i] = f32_to_bf16_daz(v[i]);
+  simde__m512i r;
+  __builtin_memcpy(&r, out, sizeof(out));
+  return r;
+}
+
 }  // namespace emulated
 }  // namespace kwker
+
+#define KWKER_AVX512_DPBF16(acc, a, b) kwker::emulated::dpbf16_ps(acc, a, b)
+#define KWKER_AVX512_CVTNE2PS_PBH(hi, lo) kwker::emulated::cvtne2ps_pbh(hi, lo)
+#define KWKER_AVX512_HAS_BF16() true  // the emulation is a CPU with AVX512_BF16
 
 #ifndef _mm512_cvtepi32_ps
 #define _mm512_cvtepi32_ps kwker::emulated::cvtepi32_ps

@@ -60,6 +60,19 @@ inline typename V::reg exp_poly(typename V::reg x) {
 
 }  // namespace simd
 
+// fma(a, b, c) with a tiny result flushed to zero of its sign, as x86 flushes under MXCSR.FTZ and
+// VDPBF16PS always: the result is tiny when, rounded to 24 bits with an unbounded exponent, it is
+// below FLT_MIN (x86 detects tininess after rounding). The gradual-underflow result r of std::fma
+// says it in all but one case: an exact sum in [FLT_MIN (1 - 2^-24), FLT_MIN (1 - 2^-25)), which
+// rounds to FLT_MIN in r but below it with 24 bits, so it is flushed. There the sum is exact in
+// double (a tiny result leaves c and a * b within 49 bits of each other), so it is compared so.
+inline float fma_ftz(float a, float b, float c) {
+  const float r = std::fma(a, b, c);
+  if (r == 0.f || !(std::fabs(r) <= 0x1p-126f)) return r;  // exact zero, normal, inf or NaN
+  const double v = double(a) * double(b) + double(c);
+  return std::fabs(v) < 0x1p-126 * (1 - 0x1p-25) ? std::copysign(0.f, r) : r;
+}
+
 // The reference's exponential: the same polynomial, one value at a time.
 inline float exp_canonical(float x) { return simd::exp_poly<ScalarOps>(x); }
 

@@ -55,6 +55,26 @@ void matmul_generic(const float* x, int m, int ldx, const void* w, int kp, int p
   }
 }
 
+// BF16P (kernels.h): the activations rounded to bf16, the chain over k in pairs, odd k first, each
+// step flushed as VDPBF16PS flushes.
+void matmul_generic_bf16p(const float* x, int m, int ldx, const void* w, int kp, int p0, int p1,
+                          float* y, int ldy, const float* bias, bool accumulate) {
+  for (int t = 0; t < m; t++) {
+    for (int n = p0 * kPanel; n < p1 * kPanel; n++) {
+      float s = 0.f;
+      for (int k = 0; k < kp; k += 2) {
+        for (int e : {k + 1, k}) {
+          const float xe = bf16_to_f32(f32_to_bf16_daz(x[size_t(t) * ldx + e]));
+          s = fma_ftz(xe, panel_value(w, WType::BF16P, kp, n, e), s);
+        }
+      }
+      if (bias) s += bias[n];
+      float* out = y + size_t(t) * ldy + n;
+      *out = accumulate ? *out + s : s;
+    }
+  }
+}
+
 template <WType T>
 void qmatmul_generic(const QRows& x, int m, const void* w, int kp, int p0, int p1, float* y,
                      int ldy, const float* bias, bool accumulate) {
@@ -162,15 +182,15 @@ void glu_generic(const float* gate, const float* up, float* out, int n) {
 }  // namespace
 
 const Kernels& kernels_generic() {
-  static const Kernels k{
-      "generic",
-      {matmul_generic<WType::F32>, matmul_generic<WType::BF16>, matmul_generic<WType::F16>},
-      {qmatmul_generic<WType::Q8>, qmatmul_generic<WType::Q4>},
-      quantize_rows,
-      {attend_part_generic<float>, attend_part_generic<uint16_t>},
-      {glu_generic<Activation::Silu>, glu_generic<Activation::GeluTanh>},
-      to_f16_generic,
-      softmax_stats_generic};
+  static const Kernels k{"generic",
+                         {matmul_generic<WType::F32>, matmul_generic<WType::BF16>,
+                          matmul_generic<WType::F16>, nullptr, nullptr, matmul_generic_bf16p},
+                         {qmatmul_generic<WType::Q8>, qmatmul_generic<WType::Q4>},
+                         quantize_rows,
+                         {attend_part_generic<float>, attend_part_generic<uint16_t>},
+                         {glu_generic<Activation::Silu>, glu_generic<Activation::GeluTanh>},
+                         to_f16_generic,
+                         softmax_stats_generic};
   return k;
 }
 

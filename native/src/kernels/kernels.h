@@ -21,7 +21,18 @@
 namespace kwker {
 
 // y[t, n] (+)= sum_k x[t, k] * w[n, k] + bias[n]  for t < m and the panels p0 <= p < p1 (n = p *
-// kPanel + i), for the float formats (F32, BF16, F16).
+// kPanel + i), for the float formats (F32, BF16, F16, BF16P).
+//
+// BF16P is the product of VDPBF16PS (AVX512_BF16): x rounded to bf16 (f32_to_bf16_daz), weights
+// bf16, the chain over k taken in pairs, the odd k first, each step an FMA whose result is flushed
+// to zero when tiny (fma_ftz, canonical.h):
+//   acc = +0; for j = 0 .. kp/2 - 1: acc = fma_ftz(x[2j+1], w[2j+1], acc);
+//                                     acc = fma_ftz(x[2j], w[2j], acc)
+// then the bias and the accumulation in plain float32, as for the other formats. Intel's SDM
+// defines VDPBF16PS so: "srcdest.fp32[i] += make_fp32(src1.bf16[2i+1]) *
+// make_fp32(src2.bf16[2i+1]); srcdest.fp32[i] += make_fp32(src1.bf16[2i+0]) * ...", each an FP32
+// FMA with DAZ in, FTZ out and RNE, MXCSR neither read nor written. A product of two bf16 values is
+// exact in float32, so two FMAs per pair give its bits where the CPU lacks the instruction.
 //   x: [m, ldx] float, w: panels [.., kp, kPanel] of the weight type, y: [m, ldy] with ldy >= p1 *
 //   kPanel, bias: [p1 * kPanel] (zero padded) or null. accumulate=true adds to y (the residual
 //   connection as epilogue).
@@ -109,7 +120,7 @@ constexpr int kStatsBlock = 256;
 
 struct Kernels {
   const char* name;
-  MatmulFn matmul[3];                  // F32, BF16, F16
+  MatmulFn matmul[kWTypes];            // by WType: F32, BF16, F16, BF16P (null for Q8, Q4)
   QMatmulFn qmatmul[2];                // Q8, Q4
   QuantizeFn quantize;                 // the activations of the quantized matmuls
   AttendPartFn attend_part[kKVTypes];  // by KVType

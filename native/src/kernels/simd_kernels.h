@@ -343,6 +343,138 @@ void matmul(const float* x, int m, int ldx, const void* w, int kp, int p0, int p
       [](int, int) {});
 }
 
+// BF16P (kernels.h): the activations rounded to bf16, the chain over k in pairs, odd k first. V
+// provides BF16_DOT: with it (AVX512_BF16) a pair is one VDPBF16PS, dpbf16(acc, w, x) on the
+// rounded pairs that store_bf16 writes; without it (AVX2) two FMAs on bf16 values widened to float
+// (load_bf16_half, round_bf16), under MXCSR's FTZ and DAZ (ftz_begin / ftz_end), which flush as
+// VDPBF16PS does: MXCSR set and restored once per tile, where flushing in code would cost two or
+// three operations per FMA (perf-notes #22).
+
+// The rounded activations as the tiles broadcast them: VDPBF16PS takes bf16 bits (a pair of k per
+// 32-bit word), the FMA tiles floats (each a bf16 value).
+template <class V>
+using Bf16Act = std::conditional_t<V::BF16_DOT, uint16_t, float>;
+
+// Rows [0, rows) of x rounded to bf16 (f32_to_bf16_daz), [rows, kp], in a buffer of the calling
+// thread: once per call and row block, so that every panel's tiles reuse them.
+template <class V>
+const Bf16Act<V>* round_rows_bf16(const float* x, int rows, int ldx, int kp) {
+  thread_local std::vector<Bf16Act<V>> buffer;
+  if (buffer.size() < size_t(rows) * kp) buffer.resize(size_t(rows) * kp);
+  for (int t = 0; t < rows; t++) {
+    const float* xt = x + size_t(t) * ldx;
+    Bf16Act<V>* out = buffer.data() + size_t(t) * kp;
+    if constexpr (V::BF16_DOT) {
+      for (int k = 0; k < kp; k += 2 * V::W)
+        V::store_bf16(out + k, V::load(xt + k), V::load(xt + k + V::W));
+    } else {
+      const unsigned csr = V::ftz_begin();  // (round_bf16 reads subnormals as zero)
+      for (int k = 0; k < kp; k += V::W) V::store(out + k, V::round_bf16(V::load(xt + k)));
+      V::ftz_end(csr);
+    }
+  }
+  return buffer.data();
+}
+
+// A BF16P register tile: TB tokens x NP panels (p, p + ps, ...), x the rounded rows [TB, kp]. Per
+// pair of k, each panel's weights are loaded once and meet every token's broadcast.
+template <class V, int TB, int NP>
+__attribute__((noinline)) void bf16p_tile(const Bf16Act<V>* x, const uint16_t* w, int kp, int p,
+                                          int ps, float* y, int ldy, const float* bias,
+                                          bool accumulate) {
+  using R = typename V::reg;
+  constexpr int RP = kPanel / V::W, J = NP * RP;
+  R acc[TB][J];
+  fill(acc, V::zero());
+  const uint16_t* wp[NP];  // panel q: [kp / 2][kPanel][2]
+#pragma GCC unroll 8
+  for (int q = 0; q < NP; q++) wp[q] = w + size_t(p + q * ps) * kp * kPanel;
+  if constexpr (V::BF16_DOT) {
+    for (int k = 0; k < kp; k += 2) {
+      typename V::ireg wv[J];
+#pragma GCC unroll 8
+      for (int j = 0; j < J; j++)
+        wv[j] = V::load_bf16_pairs(wp[j / RP] + size_t(k) * kPanel + (j % RP) * 2 * V::W);
+#pragma GCC unroll 16
+      for (int t = 0; t < TB; t++) {
+        const typename V::ireg xb = V::bcast_bf16_pair(x + size_t(t) * kp + k);
+#pragma GCC unroll 8
+        for (int j = 0; j < J; j++) acc[t][j] = V::dpbf16(acc[t][j], wv[j], xb);
+      }
+    }
+  } else {
+    const unsigned csr = V::ftz_begin();
+    for (int k = 0; k < kp; k += 2) {
+      auto step = [&](auto e) {  // k + e of every row
+        R wv[J];
+#pragma GCC unroll 8
+        for (int j = 0; j < J; j++)
+          wv[j] = V::template load_bf16_half<decltype(e)::value>(wp[j / RP] + size_t(k) * kPanel +
+                                                                 (j % RP) * 2 * V::W);
+#pragma GCC unroll 16
+        for (int t = 0; t < TB; t++) {
+          const R xb = V::set1(x[size_t(t) * kp + k + decltype(e)::value]);
+#pragma GCC unroll 8
+          for (int j = 0; j < J; j++) acc[t][j] = V::fma(xb, wv[j], acc[t][j]);
+        }
+      };
+      step(Int<1>{});  // the odd k first, as VDPBF16PS
+      step(Int<0>{});
+    }
+    // The sums pass through an empty asm on each side of the MXCSR restore, so that no FMA is moved
+    // past it and no epilogue add before it (the epilogue is plain float32).
+#pragma GCC unroll 16
+    for (int t = 0; t < TB; t++)
+#pragma GCC unroll 8
+      for (int j = 0; j < J; j++) V::pin_reg(acc[t][j]);
+    V::ftz_end(csr);
+#pragma GCC unroll 16
+    for (int t = 0; t < TB; t++)
+#pragma GCC unroll 8
+      for (int j = 0; j < J; j++) V::pin_reg(acc[t][j]);
+  }
+  store_tile<V, TB, J>(acc, y, ldy, p, ps, bias, accumulate);
+}
+
+// The BF16P matmul: per block of kRowBlock rows, the rows rounded once, then the tiles. One row:
+// streaming GEMV tiles of NP_GEMV panels. More, with VDPBF16PS: the panels NPD at a time (the
+// model's multi-row calls take chunks of 4), each group against balanced tiles of at most TBD rows
+// (8 rows: 4 + 4), as vnni_qmatmul. Without it: the float formats' tiling (for_each_tile), in tiles
+// of at most TB_BF16P rows.
+template <class V>
+void matmul_bf16p(const float* x, int m, int ldx, const void* w, int kp, int p0, int p1, float* y,
+                  int ldy, const float* bias, bool accumulate) {
+  const uint16_t* wb = static_cast<const uint16_t*>(w);
+  for (int m0 = 0; m0 < m; m0 += kRowBlock) {
+    const int mc = std::min(kRowBlock, m - m0);
+    const Bf16Act<V>* xr = round_rows_bf16<V>(x + size_t(m0) * ldx, mc, ldx, kp);
+    float* yb = y + size_t(m0) * ldy;
+    auto tile = [&](auto rows, auto np, int t, int p, int ps) {
+      bf16p_tile<V, decltype(rows)::value, decltype(np)::value>(
+          xr + size_t(t) * kp, wb, kp, p, ps, yb + size_t(t) * ldy, ldy, bias, accumulate);
+    };
+    if constexpr (V::BF16_DOT) {
+      if (mc == 1) {
+        streaming_tiles<1, V::NP_GEMV>(p0, p1, tile);
+        continue;
+      }
+      constexpr int TB = V::TBD, NP = V::NPD;
+      const int tiles = (mc + TB - 1) / TB;
+      for (int p = p0; p < p1; p += NP) {
+        const int np = std::min(NP, p1 - p);
+        for (int i = 0, t = 0; i < tiles; i++) {
+          const int rows = mc / tiles + (i < mc % tiles ? 1 : 0);
+          with_rows<TB>(rows,
+                        [&](auto r) { with_rows<NP>(np, [&](auto n) { tile(r, n, t, p, 1); }); });
+          t += rows;
+        }
+      }
+    } else {
+      for_each_tile<V::TB_BF16P, V::NP_GEMV, 2>(mc, p0, p1, tile, [](int, int) {});
+    }
+  }
+}
+
 // A Q4 panel with its nibbles unpacked to a byte each, in Q8's group layout (the headers as they
 // are), in a buffer of the calling thread. The tiles of a row block then share one unpacking (3
 // operations per group) instead of each repeating it. The next panel is prefetched meanwhile, as
@@ -729,7 +861,8 @@ int softmax_stats(const float* x, int n, float t, float close, float* max_out, d
 template <class V>
 Kernels make_kernels(const char* name) {
   return Kernels{name,
-                 {matmul<V, WType::F32>, matmul<V, WType::BF16>, matmul<V, WType::F16>},
+                 {matmul<V, WType::F32>, matmul<V, WType::BF16>, matmul<V, WType::F16>, nullptr,
+                  nullptr, matmul_bf16p<V>},
                  {qmatmul<V, WType::Q8>, qmatmul<V, WType::Q4>},
                  quantize<V>,
                  {attend_part<V, float>, attend_part<V, uint16_t>},

@@ -191,7 +191,8 @@ void Model::set_matrix_ggml(const std::string& name, const uint8_t* data, int sr
     auto [p0, p1] = pool_.split(pad_to(n, kPanel) / kPanel, tid);
     // [kPanel, k]: one panel's rows in float32, then in the packed element type
     std::vector<float> rows(size_t(kPanel) * k);
-    std::vector<uint16_t> halves(type == WType::BF16 || type == WType::F16 ? rows.size() : 0);
+    const bool bf16 = type == WType::BF16 || type == WType::BF16P;
+    std::vector<uint16_t> halves(bf16 || type == WType::F16 ? rows.size() : 0);
     for (int p = p0; p < p1; p++) {
       const int r0 = p * kPanel, nr = std::min(kPanel, n - r0);
       for (int i = 0; i < nr; i++) {
@@ -201,7 +202,7 @@ void Model::set_matrix_ggml(const std::string& name, const uint8_t* data, int sr
       const void* panel = rows.data();
       if (!halves.empty()) {
         for (size_t i = 0; i < size_t(nr) * k; i++)
-          halves[i] = type == WType::BF16 ? f32_to_bf16(rows[i]) : f32_to_f16(rows[i]);
+          halves[i] = bf16 ? f32_to_bf16(rows[i]) : f32_to_f16(rows[i]);
         panel = halves.data();
       }
       pack_panel_range(panel, type, n, k, m.w, p, p + 1);
