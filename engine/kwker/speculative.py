@@ -139,9 +139,8 @@ class LookupProposer:
         return tokens[start : start + k]
 
 
-CATCH_UP_TIMED = (
-    4  # a draft call that first catches up on more tokens than this does not time its proposals
-)
+# a draft that is further behind than this catches up in a prefill of its own before proposing
+CATCH_UP_TIMED = 4
 
 
 class DraftProposer:
@@ -167,6 +166,7 @@ class DraftProposer:
     def __init__(self, draft):
         self.draft = draft
         self.behind = 0  # tokens the draft had to catch up on before its latest proposal
+        self.catch_up_s = 0.0  # of the latest proposal's time, its catch-up's (0: a short one)
         self.offset = (
             0  # the text's first tokens left out of the draft's context (propose's window)
         )
@@ -225,6 +225,14 @@ class DraftProposer:
                 reuse = runner.reusable_prefix(slot, view)
                 runner.trim(slot, runner.cached_len(slot) - reuse)
                 self.behind = len(view) - reuse
+                # a long catch-up is a prefill of its own, timed apart: what a width costs is then
+                # always measured on the usual 1- or 2-token feed
+                self.catch_up_s = 0.0
+                if self.behind > CATCH_UP_TIMED:
+                    t0 = time.perf_counter()
+                    runner.extend_slot(slot, reuse, view[reuse:-1], rows="none", logits=False)
+                    self.catch_up_s = time.perf_counter() - t0
+                    reuse = len(view) - 1
                 self.subset = self._pruned(tokens)
                 return runner.propose_greedy(slot, reuse, view[reuse:], k, subset=self.subset)
             finally:
@@ -302,7 +310,7 @@ class Speculator:
     # proposal, at the width that would pay best if its tokens were accepted PROBE_ACCEPT of the time (at least
     # PROBE_MIN_WIDTH: its record may be a prior, or come from another kind of text, or its measured costs from
     # a slow moment). What a probe costs is its draft call, the catch-up on every token the draft sat out
-    # (a prefill on the draft: on a 2-core AVX2 machine and an int4 target about a tenth of a target step a
+    # (a prefill on the draft: on a 2-core AVX2 machine and an int4 target a few hundredths of a target step a
     # token, so probes on a schedule alone cost a fixed share of the time however far apart) and its verify
     # step, less the tokens it gained. A generation's first probe goes if it is expected to cost at most
     # PROBE_FIRST_COST plain steps; later ones while all probes together stay within PROBE_SHARE of the
@@ -316,7 +324,7 @@ class Speculator:
     # at the text's last PROBE_WINDOW tokens): else its cost would grow with the steps the draft sat
     # out, and the budget would allow none once a caught-up token costs more than PROBE_SHARE.
     PROBE_WINDOW = 48
-    CATCH_UP_PRIOR = 0.1  # a caught-up token's cost / 1-token target step, until one was measured
+    CATCH_UP_PRIOR = 0.05  # a caught-up token's cost / 1-token target step, until one was measured
     # what a source must promise over a plain step (noise in its measured costs)
     DRAFT_MARGIN, LOOKUP_MARGIN = 1.05, 1.02
     # Lookup's acceptance is kept per length of the match its proposal follows (1, 2-3, 4-7, 8-15, 16+
@@ -562,26 +570,23 @@ class Speculator:
                 self.draft_s += spent
                 self._spent_drafting = spent / self.costs.step1_s
                 if cands:
-                    self._learn_draft_cost(len(cands), spent / self.costs.step1_s)
+                    self._learn_draft_cost(len(cands), spent)
                     return "draft", cands
         if found:
             return "lookup", found
         return None, []
 
-    def _learn_draft_cost(self, k: int, relative: float) -> None:
-        """A k-token proposal took `relative` 1-token steps. With a short catch-up that is the cost of
-        the width; after a long one, the catch-up's cost per token (the rest, over the tokens caught
-        up) where the width's cost is known, else the width's (the rest, after the catch-up's)."""
-        behind, calls, key = self.draft.behind, self._draft_calls, self._draft_key
-        if behind <= CATCH_UP_TIMED:
-            calls[k] = _ema(calls.get(k, 0.0), relative)
-        elif k in calls:
-            per_token = max(0.0, relative - calls[k]) / behind
+    def _learn_draft_cost(self, k: int, spent: float) -> None:
+        """A k-token proposal took `spent` seconds: of them the draft's catch-up took catch_up_s (a
+        long one: its cost per token), the rest is the width's cost."""
+        step1, catch_s = self.costs.step1_s, self.draft.catch_up_s
+        calls = self._draft_calls
+        calls[k] = _ema(calls.get(k, 0.0), (spent - catch_s) / step1)
+        if catch_s > 0:
+            key, per_token = self._draft_key, catch_s / step1 / max(1, self.draft.behind - 1)
             self.costs.draft_catch_up[key] = _ema(
                 self.costs.draft_catch_up.get(key, 0.0), per_token
             )
-        else:  # probes catch up on the steps they sat out: their widths are learnt this way
-            calls[k] = max(relative - self.catch_up_cost * behind, relative / 2)
 
     def feedback(
         self,

@@ -6,7 +6,7 @@ import torch
 from helpers import tiny_llama
 
 from kwker.decode import KwkDecoder
-from kwker.speculative import LookupProposer, Speculator, StepCosts
+from kwker.speculative import DraftProposer, LookupProposer, Speculator, StepCosts
 
 # A prompt that repeats itself, so that lookup has something to propose, and one that does not.
 REPEATS = [5, 9, 33, 102, 7, 61, 5, 9, 33, 102, 7, 61, 5, 9, 33]
@@ -31,6 +31,7 @@ class FakeDraft:
 
     def __init__(self, token=7, behind=0):
         self.draft, self.behind, self.token = object(), behind, token
+        self.catch_up_s = 0.0  # of a proposal's time, its catch-up's
 
     def behind_on(self, tokens, window=None):
         return self.behind if window is None else min(self.behind, window)
@@ -273,16 +274,32 @@ def test_a_draft_that_does_not_pay_on_its_record_is_probed_on_a_budget():
     assert spec.propose([1, 2, 3], room=8)[0] == "draft"
 
 
-def test_a_long_catch_up_measures_the_catch_up_cost_per_token():
+def test_a_long_catch_up_is_timed_apart_from_the_proposal():
     draft = FakeDraft(behind=1)
     spec = Speculator(None, draft, costs=StepCosts(step1_s=0.01))
-    spec._learn_draft_cost(3, 2.0)  # a short catch-up: the width's cost
-    assert spec._draft_calls == {3: 2.0} and spec.catch_up_cost == Speculator.CATCH_UP_PRIOR
-    draft.behind = 30
-    spec._learn_draft_cost(3, 5.0)  # a known width after 30 tokens: the rest is the catch-up
-    assert spec._draft_calls == {3: 2.0} and spec.catch_up_cost == pytest.approx(0.1)
-    spec._learn_draft_cost(5, 6.0)  # a new width after 30 tokens: the rest after the catch-up
+    spec._learn_draft_cost(3, 0.02)  # a short catch-up: all of it is the width's cost
+    assert spec._draft_calls == {3: 0.02 / 0.01} and spec.catch_up_cost == Speculator.CATCH_UP_PRIOR
+    draft.behind, draft.catch_up_s = 31, 0.03  # 30 tokens prefilled apart, then the proposal's feed
+    spec._learn_draft_cost(5, 0.06)
     assert spec._draft_calls == {3: 2.0, 5: pytest.approx(3.0)}
+    assert spec.catch_up_cost == pytest.approx(0.1)
+
+
+def test_a_draft_far_behind_catches_up_in_a_prefill_of_its_own(smollm2_pair):
+    """The catch-up runs as a prefill apart (timed on its own), and the proposal is the same."""
+    _, draft, _ = smollm2_pair
+    text = list(range(1000, 1040))
+    draft.runner.reset()
+    proposer = DraftProposer(draft)
+    apart = proposer.propose(text, 4)
+    assert proposer.behind == 40 and proposer.catch_up_s > 0
+    assert proposer.behind_on(text + apart[:1]) == 1  # it holds the text and its proposals
+    draft.runner.reset()
+    with draft.runner.hold():
+        slot = draft.runner.acquire(0)
+        whole = draft.runner.propose_greedy(slot, 0, text, 4)
+        draft.runner.release(slot)
+    assert apart == whole
 
 
 class SimulatedDraft(FakeDraft):
@@ -305,7 +322,8 @@ class SimulatedDraft(FakeDraft):
 
     def propose(self, tokens, k, window=None):
         self.behind = self.behind_on(tokens, window)
-        self.clock.t += (self.call(k) + self.catch_up * max(0, self.behind - 2)) * self.step1_s
+        self.catch_up_s = self.catch_up * max(0, self.behind - 2) * self.step1_s
+        self.clock.t += self.call(k) * self.step1_s + self.catch_up_s
         self.calls.append(k)
         self.seen = len(tokens) + k - 1  # it ran its proposals but the last
         return [7] * k
