@@ -140,7 +140,7 @@ class LookupProposer:
 
 
 # a draft that is further behind than this catches up in a prefill of its own before proposing
-CATCH_UP_TIMED = 4
+CATCH_UP_APART = 4
 
 
 class DraftProposer:
@@ -167,9 +167,8 @@ class DraftProposer:
         self.draft = draft
         self.behind = 0  # tokens the draft had to catch up on before its latest proposal
         self.catch_up_s = 0.0  # of the latest proposal's time, its catch-up's (0: a short one)
-        self.offset = (
-            0  # the text's first tokens left out of the draft's context (propose's window)
-        )
+        # the text's first tokens left out of the draft's context (propose's window)
+        self.offset = 0
         self.subset = False  # whether the latest proposal used the pruned head
         self._in_subset = None  # (vocab,) bool: the pruned head's tokens, once it is set
         self._miss = 0.0  # moving average of how often the text's tokens are outside the subset
@@ -228,7 +227,7 @@ class DraftProposer:
                 # a long catch-up is a prefill of its own, timed apart: what a width costs is then
                 # always measured on the usual 1- or 2-token feed
                 self.catch_up_s = 0.0
-                if self.behind > CATCH_UP_TIMED:
+                if self.behind > CATCH_UP_APART:
                     t0 = time.perf_counter()
                     runner.extend_slot(slot, reuse, view[reuse:-1], rows="none", logits=False)
                     self.catch_up_s = time.perf_counter() - t0
@@ -488,9 +487,9 @@ class Speculator:
         included, against the first probe's allowance or the budget."""
         if self._steps < self._next_probe:
             return False
-        call = self._draft_call(k)
+        # measured: a draft with no measured width is not probed, it proposes FIRST_DRAFT_WIDTH
         cost = (
-            (k * 0.5 if call is None else call)
+            self._draft_call(k)
             + self.catch_up_cost * self.draft.behind_on(tokens, self.PROBE_WINDOW)
             + self._cost(k + 1)
             - 1.0
