@@ -173,9 +173,13 @@ class DraftProposer:
         self._in_subset = None  # (vocab,) bool: the pruned head's tokens, once it is set
         self._miss = 0.0  # moving average of how often the text's tokens are outside the subset
         self._seen = 0  # tokens of the text counted into _miss
+        self._set_up_subset()
 
-    def _pruned(self, tokens: list[int]) -> bool:
-        """Whether to propose with the pruned head (setting it up on first use)."""
+    def _set_up_subset(self) -> None:
+        """Sets the pruned head up on the draft, once per draft decoder: here, before any proposal
+        is timed. Set up inside the first proposal (~1 target step of repacking on a 2-core
+        machine), it was charged to that proposal's width, which then looked too dear to be
+        proposed again (bench int4 code: width 4 at 2.2 target steps, width 3 at 0.73)."""
         runner = self.draft.runner
         vocab = self.draft.vocab_size
         if (
@@ -183,13 +187,17 @@ class DraftProposer:
             or vocab <= 2 * self.HEAD_SUBSET
             or not hasattr(runner._step, "set_head_subset")
         ):
-            return False
+            return
+        self._in_subset = np.zeros(vocab, bool)
+        self._in_subset[: self.HEAD_SUBSET] = True
+        self._in_subset[list(_special_ids(self.draft))] = True
+        if runner.head_subset_size != int(self._in_subset.sum()):
+            runner.set_head_subset(np.flatnonzero(self._in_subset))
+
+    def _pruned(self, tokens: list[int]) -> bool:
+        """Whether to propose with the pruned head."""
         if self._in_subset is None:
-            self._in_subset = np.zeros(vocab, bool)
-            self._in_subset[: self.HEAD_SUBSET] = True
-            self._in_subset[list(_special_ids(self.draft))] = True
-            if runner.head_subset_size != int(self._in_subset.sum()):
-                runner.set_head_subset(np.flatnonzero(self._in_subset))
+            return False
         if self._seen == 0 or self._seen > len(tokens):
             self._seen = len(tokens)  # a new text: its prompt does not count
         new = tokens[self._seen :]
@@ -384,16 +392,6 @@ class Speculator:
         return self.costs.draft_call.setdefault(self._draft_key, {})
 
     @property
-    def draft_cost(self) -> float:
-        """The draft's time per proposed token relative to a 1-token target step, at its widest measured width
-        (0 before it was measured)."""
-        calls = self.costs.draft_call.get(self._draft_key) or {}
-        if not calls:
-            return 0.0
-        k = max(calls)
-        return calls[k] / k
-
-    @property
     def catch_up_cost(self) -> float:
         """A caught-up token's time relative to a 1-token target step (CATCH_UP_PRIOR until measured)."""
         return self.costs.draft_catch_up.get(self._draft_key, self.CATCH_UP_PRIOR)
@@ -425,7 +423,7 @@ class Speculator:
         if not calls:
             return None
         if k in calls:
-            return calls[k]
+            return min(calls[k], self._draft_bound(k))
         ks = sorted(calls)
         if len(ks) == 1:
             return calls[ks[0]] * k / ks[0]
@@ -439,7 +437,16 @@ class Speculator:
             lo, hi = below[-2], below[-1]
         per_token = max(0.0, (calls[hi] - calls[lo]) / (hi - lo))
         # a proposal of more tokens never costs less; the fixed part is not negative either
-        return max(per_token * k, calls[lo] + per_token * (k - lo))
+        estimate = max(per_token * k, calls[lo] + per_token * (k - lo))
+        return min(estimate, self._draft_bound(k))
+
+    def _draft_bound(self, k: int) -> float:
+        """What any measured width says a k-token proposal costs at most: k / j times a j-token
+        one (j < k: its k steps are like the j ones, its fixed part the same), and no more than a
+        wider one. Without this bound, a width measured once at a slow moment (host steal, a
+        one-time cost) would never be chosen again, so never measured again: an estimate that is
+        too low corrects itself (the width is proposed and timed), one that is too high does not."""
+        return min(c * max(1.0, k / j) for j, c in self._draft_calls.items())
 
     def _ratio(self, source: str, k: int, accept: float | None = None, catch_up: int = 0) -> float:
         """Expected tokens per unit of time (a plain step: 1) when `source` proposes k tokens, after

@@ -231,6 +231,9 @@ def test_draft_call_costs_are_a_fixed_part_and_a_part_per_token():
     assert spec._draft_call(3) == pytest.approx(1.8)  # between: on their line
     assert spec._draft_call(8) == pytest.approx(2.8)  # beyond: along it
     assert spec._draft_call(1) == pytest.approx(1.4)
+    # a width timed once at a slow moment: bounded by what the others say (5 / 4 of width 4's)
+    spec.costs.draft_call[1][5] = 9.0
+    assert spec._draft_call(5) == pytest.approx(2.5)
 
 
 def test_a_draft_that_does_not_pay_on_its_record_is_probed_on_a_budget():
@@ -393,6 +396,36 @@ def test_the_controller_finds_a_draft_that_pays_only_at_width_3_or_more(inherite
     assert tokens / seconds * step1_s > 1.5  # tokens per plain step's time
     later = draft.calls[len(draft.calls) // 2 :]
     assert later and min(later) >= 3
+
+
+def test_a_width_first_timed_with_a_one_time_cost_is_proposed_again():
+    """The first proposal pays a one-time cost (3 target steps: the pruned head's set-up did, before
+    it moved out of the timed proposal): its width must not look that dear for good. The machine:
+    a k-token proposal costs 0.1 + 0.1 k target steps, a verify step 1 + 0.05 per extra token, 95%
+    of the draft's tokens are accepted; the best width is 6 or more."""
+    step1_s = 0.01
+    clock = Clock()
+    first = [True]
+
+    def call(k):
+        extra, first[0] = 3.0 if first[0] else 0.0, False
+        return 0.1 + 0.1 * k + extra
+
+    draft = SimulatedDraft(clock, call, step1_s, agree=0.95)
+    spec = Speculator(None, draft, clock=clock)
+    tokens, seconds = simulate(spec, draft, lambda fed: 1 + 0.05 * (fed - 1), 400, step1_s)
+    later = draft.calls[len(draft.calls) // 2 :]
+    # locked at width 3 (2.4x) when width 4's first time ruled it out
+    assert draft.calls[0] == Speculator.FIRST_DRAFT_WIDTH and sorted(later)[len(later) // 2] >= 6
+    assert tokens / seconds * step1_s > 2.7
+
+
+def test_the_pruned_head_is_set_up_before_any_proposal_is_timed(small, monkeypatch):
+    draft = KwkDecoder(small, max_cache_len=64, precision="int4")
+    monkeypatch.setattr(DraftProposer, "HEAD_SUBSET", 200)
+    assert draft.runner.head_subset_size == 0
+    DraftProposer(draft)
+    assert draft.runner.head_subset_size >= 200
 
 
 @pytest.mark.parametrize("catch_up", [0.0, 0.1, 0.3])
