@@ -62,6 +62,16 @@ inline void store_tile(typename V::reg (&acc)[TB][J], float* y, int ldy, int p, 
   }
 }
 
+// Multi-row float tiles ask for their panels' weights kPrefetchAhead bytes ahead of the line they
+// read, one request per cache line: with two rows or more, each line takes long enough to compute
+// on that the hardware prefetcher alone kept a panel stream at ~10 GB/s of a core's ~17, and a
+// bf16 verify step of 3 tokens cost 1.5 one-token steps (perf-notes #24). One-row tiles stream
+// NP_GEMV panels at once and lose time with it; the quantized tiles ask for the next panel's block.
+constexpr size_t kPrefetchAhead = 8192;
+inline void prefetch_ahead(const void* at) {
+  __builtin_prefetch(static_cast<const char*>(at) + kPrefetchAhead);
+}
+
 // A register tile: TB tokens x NP panels (NP * kPanel outputs), the panels p, p + ps, ... Per k:
 // the panels' weights are loaded once, each token's x[t, k] is broadcast, and every accumulator
 // takes one fused multiply-add (an outer product).
@@ -69,10 +79,18 @@ template <class V, WType T, int TB, int NP>
 inline void matmul_tile(const float* x, int ldx, const void* w, int kp, int p, int ps, float* y,
                         int ldy, const float* bias, bool accumulate) {
   using R = typename V::reg;
-  constexpr int RP = kPanel / V::W;  // registers per panel
+  constexpr int RP = kPanel / V::W;                               // registers per panel
+  constexpr size_t k_bytes = kPanel * (T == WType::F32 ? 4 : 2);  // a panel's weights per k
   R acc[TB][NP * RP];
   fill(acc, V::zero());
   for (int k = 0; k < kp; k++) {
+    if constexpr (TB > 1) {
+      if (k * k_bytes % 64 == 0) {
+#pragma GCC unroll 4
+        for (int q = 0; q < NP; q++)
+          prefetch_ahead(static_cast<const char*>(w) + (size_t(p + q * ps) * kp + k) * k_bytes);
+      }
+    }
     R wv[NP * RP];
 #pragma GCC unroll 16
     for (int j = 0; j < NP * RP; j++)
@@ -389,8 +407,16 @@ __attribute__((noinline)) void bf16p_tile(const Bf16Act<V>* x, const uint16_t* w
   const uint16_t* wp[NP];  // panel q: [kp / 2][kPanel][2]
 #pragma GCC unroll 8
   for (int q = 0; q < NP; q++) wp[q] = w + size_t(p + q * ps) * kp * kPanel;
+  // a pair of k is 64 bytes of a panel: one line each (prefetch_ahead)
+  auto prefetch = [&](int k) {
+    if constexpr (TB > 1) {
+#pragma GCC unroll 8
+      for (int q = 0; q < NP; q++) prefetch_ahead(wp[q] + size_t(k) * kPanel);
+    }
+  };
   if constexpr (V::BF16_DOT) {
     for (int k = 0; k < kp; k += 2) {
+      prefetch(k);
       typename V::ireg wv[J];
 #pragma GCC unroll 8
       for (int j = 0; j < J; j++)
@@ -405,6 +431,7 @@ __attribute__((noinline)) void bf16p_tile(const Bf16Act<V>* x, const uint16_t* w
   } else {
     const unsigned csr = V::ftz_begin();
     for (int k = 0; k < kp; k += 2) {
+      prefetch(k);
       auto step = [&](auto e) {  // k + e of every row
         R wv[J];
 #pragma GCC unroll 8
