@@ -114,6 +114,32 @@ def test_the_packed_cache_gives_the_same_model_and_rebuilds_a_damaged_entry(own_
     assert not load_decoder(path, 64, precision="int4").from_cache
 
 
+def test_a_new_entry_replaces_the_older_ones_of_its_file_and_precision(
+    own_cache, tmp_path, monkeypatch
+):
+    """A kwker update (another native module) or an edited model file would else leave a copy of
+    the packed model behind each time."""
+    from kwker.loading import packed_cache
+
+    path = write_gguf(tmp_path / "tiny.gguf", "tiny", "Q4_K")
+    (tmp_path / "elsewhere").mkdir()
+    other = write_gguf(tmp_path / "elsewhere" / "tiny.gguf", "tiny", "Q4_K")  # the same name
+    load_decoder(path, 64, precision="int4")
+    load_decoder(path, 64, precision="balanced")
+    load_decoder(other, 64, precision="int4")
+    packed = own_cache / "packed"
+    before = {p.name for p in packed.glob("*.kwk")}
+    assert len(before) == 3
+    monkeypatch.setattr(packed_cache, "native_identity", lambda: "a rebuilt module")
+    assert not load_decoder(path, 64, precision="int4").from_cache
+    after = {p.name for p in packed.glob("*.kwk")}
+    assert len(after) == 3 and len(after - before) == 1  # only path's int4 entry was replaced
+    os.utime(path, ns=(1, 1))  # the file changed
+    assert not load_decoder(path, 64, precision="int4").from_cache
+    assert len(list(packed.glob("*.kwk"))) == 3
+    assert load_decoder(path, 64, precision="int4").from_cache
+
+
 def test_a_model_with_biases_is_read_back_from_the_packed_cache(own_cache, tmp_path):
     """Biases and panels go into the digest in the order they are read back (Qwen2's q/k/v
     biases once made every warm load a checksum mismatch, and every load packed again)."""

@@ -143,6 +143,8 @@ def load_decoder(
     identity = {"source": source_identity(files), "config": sorted(vars(config).items(), key=str)}
     source_key = packed_cache.entry_key(identity)
     key = packed_cache.entry_key({**identity, "precision": precision})
+    # the files' paths and the precision: what a newer entry replaces
+    lineage = packed_cache.lineage_key([str(Path(f).resolve()) for f in files], precision)
     roots = packed_roots()
     root, name = roots[0], f"{path.stem}-{precision}-{key}.kwk"
     entry = next((r / name for r in roots if (r / name).exists()), root / name)
@@ -169,7 +171,7 @@ def load_decoder(
         load_weights(step, config, source, precision, recording)
         if cache:
             try:
-                packed_cache.write_entry(root / name, key, step, recording)
+                packed_cache.write_entry(root / name, key, step, recording, lineage)
             except OSError as e:  # the model runs; only the next load is slower
                 if progress:
                     progress(f"could not write the packed-weights cache: {e}")

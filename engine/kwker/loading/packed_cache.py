@@ -15,6 +15,12 @@ shape the packing, the model's configuration, and the native module itself (its 
 time: a rebuilt module may pack differently). An entry whose key, version, size or digest does not
 match is removed and rebuilt, never trusted. Entries are written to a temporary file and renamed,
 so a crash or a full disk leaves no half-written entry.
+
+The header also names the entry's lineage: the model's files and the precision, without what
+changes between versions of one entry (the files' size and time, the native module, kwker's
+version). Writing an entry removes the other entries of its lineage, which no load will ask for
+again: else every kwker update, and every edit of a model file, would leave a copy of the packed
+model behind (1-7 GB for the 1.5B-class models).
 """
 
 from __future__ import annotations
@@ -79,13 +85,20 @@ def entry_key(description: dict) -> str:
     return hashlib.blake2b(json.dumps(desc, sort_keys=True).encode(), digest_size=12).hexdigest()
 
 
+def lineage_key(files: list, precision: str) -> str:
+    """The lineage of an entry (see the module doc): `files` names the model's files."""
+    desc = json.dumps({"files": files, "precision": precision}, sort_keys=True).encode()
+    return hashlib.blake2b(desc, digest_size=12).hexdigest()
+
+
 def _aligned(n: int) -> int:
     return -(-n // ALIGN) * ALIGN
 
 
-def write_entry(path: Path, key: str, step, recording: Recording) -> None:
+def write_entry(path: Path, key: str, step, recording: Recording, lineage: str = "") -> None:
     """Writes the packed weights of `step` (as `recording` lists them) to `path`, whole or not at
-    all. Raises OSError (a full disk, a read-only cache) after removing the partial file."""
+    all, then removes the other entries of its lineage (see the module doc; "": none). Raises
+    OSError (a full disk, a read-only cache) after removing the partial file."""
     entries, blobs, offset = [], [], 0
 
     def place(blob: np.ndarray) -> int:
@@ -114,6 +127,7 @@ def write_entry(path: Path, key: str, step, recording: Recording) -> None:
         {
             "version": VERSION,
             "key": key,
+            "lineage": lineage,
             "data_bytes": offset,
             "digest": digest.hexdigest(),
             "weights": entries,
@@ -135,6 +149,22 @@ def write_entry(path: Path, key: str, step, recording: Recording) -> None:
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
+    if lineage:
+        for other in path.parent.glob("*.kwk"):
+            if other != path and _header(other).get("lineage") == lineage:
+                other.unlink(missing_ok=True)
+
+
+def _header(path: Path) -> dict:
+    """An entry's header ({} for a file that is not a readable entry)."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(len(MAGIC) + 8)
+            if head[: len(MAGIC)] != MAGIC:
+                return {}
+            return json.loads(f.read(int.from_bytes(head[len(MAGIC) :], "little")))
+    except (OSError, ValueError):
+        return {}
 
 
 def read_entry(path: Path, key: str, step) -> Recording:
