@@ -177,9 +177,9 @@ class DraftProposer:
 
     def _set_up_subset(self) -> None:
         """Sets the pruned head up on the draft, once per draft decoder: here, before any proposal
-        is timed. Set up inside the first proposal (~1 target step of repacking on a 2-core
-        machine), it was charged to that proposal's width, which then looked too dear to be
-        proposed again (bench int4 code: width 4 at 2.2 target steps, width 3 at 0.73)."""
+        is timed. Set up inside the first proposal (a repacking of about a target step), it was
+        charged to that proposal's width, which then looked too dear to be proposed again
+        (perf-notes #24)."""
         runner = self.draft.runner
         vocab = self.draft.vocab_size
         if (
@@ -422,8 +422,8 @@ class Speculator:
         calls = self._draft_calls
         if not calls:
             return None
-        if k in calls:
-            return min(calls[k], self._draft_bound(k))
+        if k in calls:  # the bound is at most calls[k] (j = k)
+            return self._draft_bound(k)
         ks = sorted(calls)
         if len(ks) == 1:
             return calls[ks[0]] * k / ks[0]

@@ -159,12 +159,20 @@ def _header(path: Path) -> dict:
     """An entry's header ({} for a file that is not a readable entry)."""
     try:
         with open(path, "rb") as f:
-            head = f.read(len(MAGIC) + 8)
-            if head[: len(MAGIC)] != MAGIC:
-                return {}
-            return json.loads(f.read(int.from_bytes(head[len(MAGIC) :], "little")))
-    except (OSError, ValueError):
+            return _read_header(f, path, path.stat().st_size)[0]
+    except (StaleEntry, OSError, ValueError):
         return {}
+
+
+def _read_header(f, path: Path, size: int) -> tuple[dict, int]:
+    """(the header, its length) of the entry open as f, `size` bytes long."""
+    head = f.read(len(MAGIC) + 8)
+    if head[: len(MAGIC)] != MAGIC:
+        raise StaleEntry(f"{path}: not a packed-weights file")
+    n = int.from_bytes(head[len(MAGIC) :], "little")
+    if n > size:
+        raise StaleEntry(f"{path}: header runs past the end of the file")
+    return json.loads(f.read(n)), n
 
 
 def read_entry(path: Path, key: str, step) -> Recording:
@@ -185,13 +193,7 @@ def _read(path: Path, key: str, step) -> Recording:
     size = path.stat().st_size
     recording = Recording()
     with open(path, "rb", buffering=0) as f:
-        head = f.read(len(MAGIC) + 8)
-        if head[: len(MAGIC)] != MAGIC:
-            raise StaleEntry(f"{path}: not a packed-weights file")
-        n = int.from_bytes(head[len(MAGIC) :], "little")
-        if n > size:
-            raise StaleEntry(f"{path}: header runs past the end of the file")
-        header = json.loads(f.read(n))
+        header, n = _read_header(f, path, size)
         if header.get("version") != VERSION or header.get("key") != key:
             raise StaleEntry(f"{path}: built from another source, precision or kwker version")
         data_start = _aligned(len(MAGIC) + 8 + n)

@@ -64,9 +64,9 @@ inline void store_tile(typename V::reg (&acc)[TB][J], float* y, int ldy, int p, 
 
 // Multi-row float tiles ask for their panels' weights kPrefetchAhead bytes ahead of the line they
 // read, one request per cache line: with two rows or more, each line takes long enough to compute
-// on that the hardware prefetcher alone kept a panel stream at ~10 GB/s of a core's ~17, and a
-// bf16 verify step of 3 tokens cost 1.5 one-token steps (perf-notes #24). One-row tiles stream
-// NP_GEMV panels at once and lose time with it; the quantized tiles ask for the next panel's block.
+// on that the hardware prefetcher alone leaves a single panel stream well below the core's
+// bandwidth, compute and memory taking turns (perf-notes #24). One-row tiles stream NP_GEMV panels
+// at once and lose time with it; the quantized tiles ask for the next panel's block.
 constexpr size_t kPrefetchAhead = 8192;
 inline void prefetch_ahead(const void* at) {
   __builtin_prefetch(static_cast<const char*>(at) + kPrefetchAhead);
