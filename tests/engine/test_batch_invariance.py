@@ -43,6 +43,22 @@ def test_long_context_attention_in_parts_keeps_the_bits(precision, threads):
     assert torch.equal(dec.forward(seq), one_at_a_time(dec, seq))
 
 
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_kv_heads_with_query_heads_in_two_blocks_keep_the_bits(threads):
+    """7 query heads per KV head are attended in blocks of 4 + 3. With as many (run, KV head) pairs as
+    threads, a KV head's blocks go to one thread together; with fewer, block by block (and, from 128 keys
+    on, a lone token's calls in parts). Every way gives each token the same bits, at 1, 2 and 3 threads."""
+    seq = torch.randint(0, 1000, (140,), generator=torch.Generator().manual_seed(5)).tolist()
+    model = tiny_llama(hidden=224, heads=14, kv_heads=2, head_dim=16, inter=200, tied=False)
+    ref = KwkDecoder(model, max_cache_len=160, threads=1).forward(seq)
+    with torch.no_grad():  # and those bits are the model's (every call made once, none twice)
+        theirs = model(torch.tensor([seq])).logits[0]
+    assert float((ref - theirs).abs().max() / theirs.abs().max()) < 1e-4
+    dec = KwkDecoder(model, max_cache_len=160, threads=threads)
+    assert torch.equal(dec.forward(seq), ref)
+    assert torch.equal(one_at_a_time(dec, seq), ref)
+
+
 @pytest.mark.parametrize("precision", [None, "int4"])
 def test_thread_count_does_not_change_bits(precision):
     """Threads take chunks of each other's shares of a matmul when they finish first: which thread computes a

@@ -500,7 +500,7 @@ void Model::matmul_part(const Matrix& m, const float* x, int rows, int ldx, floa
 
 // Attention calls: (run, KV head, block of the query heads sharing it). With at least two calls per
 // thread each thread makes whole calls, dealt round robin (a prefill's later tokens attend to more
-// keys). With fewer (one token, few KV heads: 3 calls for 2 threads in SmolLM2) and long enough
+// keys), a KV head's blocks together (perf-notes #25). With fewer (one token, few KV heads: 3 calls for 2 threads in SmolLM2) and long enough
 // contexts, the calls are made in parts (AttendPartFn): the threads share out key panels, then
 // rows, then output columns, with a barrier between, so each reads an even share of the cache; the
 // parts give the whole call's bits. Parts pay from 128 keys on (perf-notes #10).
@@ -554,12 +554,16 @@ void Model::attention(int l, const int32_t* slots, const int32_t* positions, int
   if (calls >= 2 * pool_.size() || longest() < kSplitAttentionKeys) {
     float* scores = scores_.as<float>() + tid * scores_stride;
     float* hout = head_out_.as<float>() + size_t(tid) * kMaxAttendRows * hdp_;
-    for (int call = tid; call < calls; call += pool_.size()) {
-      const Call a = describe(call);
-      attend_whole(part, a.q, a.g, a.nt, size_t(c.n_head) * hdp_, a.k, a.v, a.first, a.n, hdp_,
-                   c.attn_scale, scores, hout);
-      gather(a, hout, 0, c.head_dim);
-    }
+    // A KV head's blocks go to one thread when there are enough (run, KV head) pairs to go round:
+    // its keys and values are then read from memory once, not by every thread.
+    const int per = calls / blocks >= pool_.size() ? blocks : 1;  // calls dealt together
+    for (int first = tid * per; first < calls; first += pool_.size() * per)
+      for (int call = first; call < first + per; call++) {
+        const Call a = describe(call);
+        attend_whole(part, a.q, a.g, a.nt, size_t(c.n_head) * hdp_, a.k, a.v, a.first, a.n, hdp_,
+                     c.attn_scale, scores, hout);
+        gather(a, hout, 0, c.head_dim);
+      }
     return;
   }
   // In parts: call i uses the i-th of the scores and output buffers (there are two per thread).
