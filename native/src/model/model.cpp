@@ -500,10 +500,11 @@ void Model::matmul_part(const Matrix& m, const float* x, int rows, int ldx, floa
 
 // Attention calls: (run, KV head, block of the query heads sharing it). With at least two calls per
 // thread each thread makes whole calls, dealt round robin (a prefill's later tokens attend to more
-// keys), a KV head's blocks together (perf-notes #25). With fewer (one token, few KV heads: 3 calls for 2 threads in SmolLM2) and long enough
-// contexts, the calls are made in parts (AttendPartFn): the threads share out key panels, then
-// rows, then output columns, with a barrier between, so each reads an even share of the cache; the
-// parts give the whole call's bits. Parts pay from 128 keys on (perf-notes #10).
+// keys), a KV head's blocks together (perf-notes #25). With fewer (one token, few KV heads: 3 calls
+// for 2 threads in SmolLM2) and long enough contexts, the calls are made in parts (AttendPartFn):
+// the threads share out key panels, then rows, then output columns, with a barrier between, so each
+// reads an even share of the cache; the parts give the whole call's bits. Parts pay from 128 keys
+// on (perf-notes #10).
 constexpr int kSplitAttentionKeys = 128;
 
 void Model::attention(int l, const int32_t* slots, const int32_t* positions, int blocks, int tid) {
