@@ -26,6 +26,7 @@ from PySide6.QtWidgets import (
     QPlainTextEdit,
     QProgressBar,
     QPushButton,
+    QScrollArea,
     QSplitter,
     QTabWidget,
     QTextBrowser,
@@ -91,7 +92,7 @@ class MainWindow(QMainWindow):
             self.settings["model"] = model
         self.colors = theme.apply(QApplication.instance(), self.settings["theme"])
         self.setWindowTitle("Kwker")
-        self.resize(1280, 820)
+        self._fit_to_screen(1280, 820)
 
         self.thread_ = QThread(self)
         self.worker = GenerationWorker()
@@ -253,9 +254,15 @@ class MainWindow(QMainWindow):
         self.stats = StatsPanel()
         self.settings_panel = SettingsPanel()
         self.settings_panel.changed.connect(self.apply_settings)
+        # The settings are a long form: they scroll, so that the window fits a laptop's screen
+        self.settings_tab = QScrollArea()
+        self.settings_tab.setWidget(self.settings_panel)
+        self.settings_tab.setWidgetResizable(True)
+        self.settings_tab.setFrameShape(QScrollArea.NoFrame)
+        self.settings_tab.setHorizontalScrollBarPolicy(Qt.ScrollBarAlwaysOff)
         self.tabs = QTabWidget()
         self.tabs.addTab(self.stats, "Statistics")
-        self.tabs.addTab(self.settings_panel, "Settings")
+        self.tabs.addTab(self.settings_tab, "Settings")
         dock = QDockWidget("", self)
         dock.setObjectName("side-panel")
         dock.setTitleBarWidget(QWidget())
@@ -342,6 +349,14 @@ class MainWindow(QMainWindow):
         self._show_attachments()  # whether they fit this model's context
         self.input.setFocus()  # ready: the next keystrokes are the user's message
 
+    def _fit_to_screen(self, width: int, height: int):
+        """Opens at width x height, or at the screen's available size if that is smaller."""
+        screen = self.screen() or QApplication.primaryScreen()
+        if screen is not None:
+            room = screen.availableGeometry()
+            width, height = min(width, room.width()), min(height, room.height())
+        self.resize(width, height)
+
     def _on_load_failed(self, msg: str):
         self._set_busy(False)
         self.send_button.setEnabled(False)
@@ -349,7 +364,7 @@ class MainWindow(QMainWindow):
             self.status.setText(f"Could not use {self._model_name()}: {msg}")
         else:
             self.status.setText(f"Could not load the model: {msg}")
-            self.tabs.setCurrentWidget(self.settings_panel)
+            self.tabs.setCurrentWidget(self.settings_tab)
 
     def open_models(self):
         """The model picker; choosing a model or a draft reloads with it."""

@@ -220,7 +220,7 @@ def test_the_local_only_settings_are_hidden_for_a_servers_model(qtbot, data):
     with cutting_server() as url:
         win = remote_window(qtbot, url, "cut-model")
         panel = win.settings_panel
-        win.tabs.setCurrentWidget(panel)
+        win.tabs.setCurrentWidget(win.settings_tab)
         win.show()
         qtbot.waitExposed(win)
         assert panel.server.isVisible() and panel.server.text() == f"cut-model on {url}"

@@ -306,11 +306,29 @@ def test_ctrl_n_starts_a_new_chat_with_the_input_focused(qtbot, data_dir):
     assert [m.role for m in win.store.messages(first)] == ["user", "assistant"]  # kept
 
 
+def test_the_window_fits_a_laptop_screen(qtbot, data_dir):
+    """A 1366 x 768 screen, less a taskbar, holds the whole window: the long settings form scrolls in its
+    tab instead of making the window taller than the screen, and every one of its fields can be reached."""
+    win = open_window(qtbot)
+    show(qtbot, win)
+    hint = win.minimumSizeHint()
+    assert hint.width() <= 1366 and hint.height() <= 700, hint
+    room = win.screen().availableGeometry()
+    assert win.width() <= room.width() and win.height() <= room.height()
+    win.resize(1000, 640)
+    win.tabs.setCurrentWidget(win.settings_tab)
+    qtbot.waitUntil(lambda: win.height() <= 640)
+    bar = win.settings_tab.verticalScrollBar()
+    assert bar.maximum() > 0  # the form is taller than its tab: it scrolls
+    win.settings_tab.ensureWidgetVisible(win.settings_panel.system_prompt)
+    assert bar.value() > 0 and win.settings_panel.system_prompt.visibleRegion().boundingRect().height() > 0
+
+
 def test_ctrl_l_focuses_the_input(qtbot, data_dir):
     win = open_window(qtbot)
     show(qtbot, win)
     for widget in (win.search, win.view, win.settings_panel.temperature):
-        win.tabs.setCurrentWidget(win.settings_panel)
+        win.tabs.setCurrentWidget(win.settings_tab)
         widget.setFocus()
         assert QApplication.focusWidget() is widget
         QTest.keyClick(widget, Qt.Key_L, Qt.ControlModifier)
