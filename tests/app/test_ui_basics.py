@@ -321,7 +321,10 @@ def test_the_window_fits_a_laptop_screen(qtbot, data_dir):
     bar = win.settings_tab.verticalScrollBar()
     assert bar.maximum() > 0  # the form is taller than its tab: it scrolls
     win.settings_tab.ensureWidgetVisible(win.settings_panel.system_prompt)
-    assert bar.value() > 0 and win.settings_panel.system_prompt.visibleRegion().boundingRect().height() > 0
+    assert (
+        bar.value() > 0
+        and win.settings_panel.system_prompt.visibleRegion().boundingRect().height() > 0
+    )
 
 
 def test_ctrl_l_focuses_the_input(qtbot, data_dir):
