@@ -641,6 +641,10 @@ inline void attend_scores(const float* const (&q)[G], int hdp, const KV* k, int 
   fill(acc, V::zero());
   const KV* kb = k + size_t(pi) * hdp * kPanel;
   for (int d = 0; d < hdp; d++) {
+    // The keys come from memory (a layer's weights have streamed through the cache since they
+    // were written): ask for the same line PB + 1 panels on, a line per dim's 16 keys or pair of
+    // dims (perf-notes #25).
+    if (d % (4 / sizeof(KV)) == 0) __builtin_prefetch(kb + (size_t(PB + 1) * hdp + d) * kPanel);
     R kv[PB * RP];
 #pragma GCC unroll 16
     for (int r = 0; r < PB * RP; r++)
@@ -673,6 +677,7 @@ inline void attend_values(const float* p, int ns, const KV* v, int i0, int i1, i
 #pragma GCC unroll 16
     for (int c = 0; c < CB; c++) acc[j][c] = V::load(out + size_t(j) * hdp + c0 + c * V::W);
   for (int i = i0; i < i1; i++) {
+    __builtin_prefetch(v + size_t(i + 16) * hdp + c0);  // the value 16 keys on (as the keys)
     R vv[CB];
 #pragma GCC unroll 16
     for (int c = 0; c < CB; c++) vv[c] = load_kv<V>(v + size_t(i) * hdp + c0 + c * V::W);
