@@ -79,16 +79,18 @@ def native_identity() -> str:
         return hashlib.file_digest(f, "blake2b").hexdigest()[:24]
 
 
+def _digest(desc: dict) -> str:
+    return hashlib.blake2b(json.dumps(desc, sort_keys=True).encode(), digest_size=12).hexdigest()
+
+
 def entry_key(description: dict) -> str:
     """The key of what an entry was built from (`description`: JSON-able, see the module doc)."""
-    desc = {**description, "native": native_identity(), "version": VERSION}
-    return hashlib.blake2b(json.dumps(desc, sort_keys=True).encode(), digest_size=12).hexdigest()
+    return _digest({**description, "native": native_identity(), "version": VERSION})
 
 
 def lineage_key(files: list, precision: str) -> str:
     """The lineage of an entry (see the module doc): `files` names the model's files."""
-    desc = json.dumps({"files": files, "precision": precision}, sort_keys=True).encode()
-    return hashlib.blake2b(desc, digest_size=12).hexdigest()
+    return _digest({"files": files, "precision": precision})
 
 
 def _aligned(n: int) -> int:
