@@ -7,16 +7,17 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")  # never wait on an unreachable Hub
 
 
 def pytest_terminal_summary(terminalreporter):
-    """Names the CPU the suite ran on, last (CI's machines vary: a Zen 3 with AVX2 only, a Zen 5
-    with AVX-512), so that a result can be read against the kernels it ran."""
+    """Names the CPU the suite ran on, last (CI's machines vary: a Zen 3 with AVX2 only, a Zen 4
+    and a Zen 5 with AVX-512), so that a result can be read against the kernels it ran."""
     from kwker import _native
 
     info = {}
     with open("/proc/cpuinfo") as f:
         for line in f:
             key, _, value = line.partition(":")
-            info.setdefault(key.strip(), value.strip())
-            if key.strip() == "flags":
+            key = key.strip()
+            info.setdefault(key, value.strip())
+            if key == "flags":  # the first CPU's lines are enough
                 break
     flags = set(info.get("flags", "").split())
     wanted = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16")

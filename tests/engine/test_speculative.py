@@ -200,41 +200,27 @@ def test_step_costs_are_relative_to_the_one_token_step_of_their_moment():
     assert spec._cost(5) == pytest.approx(1.25 + 0.25 / 3)
 
 
-def copy_with_lookup(spec, prompt, answer, step_time):
-    """Decodes `answer` (the target's tokens) after `prompt` with spec's lookup: each step's time
-    is step_time(step number, tokens fed); returns the tokens lookup supplied."""
-    n = supplied = steps = 0
-    while n < len(answer):
-        text = prompt + answer[:n]
-        source, cands = spec.propose(text, room=len(answer) - n)
-        accepted = 0
-        while accepted < len(cands) and cands[accepted] == answer[n + accepted]:
-            accepted += 1
-        fed = len(cands) + 1
-        spec.feedback(source, len(cands), accepted, fed, step_time(steps, fed), None)
-        n, supplied, steps = n + accepted + 1, supplied + accepted, steps + 1
-    return supplied
-
-
 def test_one_slow_step_does_not_rule_its_width_out():
     """The host slows a step now and then (1-token steps in the app have read 2.4x their
     neighbours). A width first timed in such a step must not keep lookup from proposing for good:
     here the answer's first proposal is refused and its 2-token step takes 2.2 plain steps, then the
-    answer copies the prompt."""
+    answer copies the prompt (each step fed f tokens takes 1 + 0.1 (f - 1) plain steps)."""
     passage = list(range(100, 140))
+    prompt = passage + [7]
     answer = [passage[0], 9] + passage[:36]  # "p0" then a word lookup cannot know, then the copy
-
-    slowed = []  # the step the host slowed
-
-    def step_time(step: int, fed: int) -> float:
-        if fed > 1 and not slowed:
-            slowed.append(step)
-            return 0.01 * 2.2
-        return 0.01 * (1 + 0.1 * (fed - 1))
-
     spec = Speculator(LookupProposer(), None, costs=StepCosts(step1_s=0.01))
-    supplied = copy_with_lookup(spec, passage + [7], answer, step_time)
-    assert slowed and supplied >= 25, supplied
+    n = supplied = wide_steps = 0
+    while n < len(answer):
+        source, cands = spec.propose(prompt + answer[:n], room=len(answer) - n)
+        accepted = 0
+        while accepted < len(cands) and cands[accepted] == answer[n + accepted]:
+            accepted += 1
+        fed = len(cands) + 1
+        relative = 2.2 if fed > 1 and wide_steps == 0 else 1 + 0.1 * (fed - 1)
+        wide_steps += fed > 1
+        spec.feedback(source, len(cands), accepted, fed, 0.01 * relative, None)
+        n, supplied = n + accepted + 1, supplied + accepted
+    assert wide_steps and supplied >= 25, supplied
 
 
 def test_a_decoder_shares_step_times_between_its_generations(target):
