@@ -65,9 +65,10 @@ inline void store_tile(typename V::reg (&acc)[TB][J], float* y, int ldy, int p, 
 // Multi-row float tiles ask for their panels' weights kPrefetchAhead bytes ahead of the line they
 // read, one request per cache line: with two rows or more, each line takes long enough to compute
 // on that the hardware prefetcher alone leaves a single panel stream well below the core's
-// bandwidth, compute and memory taking turns (perf-notes #24). One-row tiles stream NP_GEMV panels
-// at once and lose time with it; the quantized tiles ask for the next panel's block.
-constexpr size_t kPrefetchAhead = 8192;
+// bandwidth, compute and memory taking turns (perf-notes #24; 4 KB ahead measured at least as
+// fast as 8 KB on Zen 3 and Zen 4, #26). One-row tiles stream NP_GEMV panels at once and lose time
+// with it; the AVX2 quantized tiles ask for the next panel's block.
+constexpr size_t kPrefetchAhead = 4096;
 inline void prefetch_ahead(const void* at) {
   __builtin_prefetch(static_cast<const char*>(at) + kPrefetchAhead);
 }
@@ -226,14 +227,11 @@ __attribute__((noinline)) void vnni_tile(const QRows& x, int kp, const uint8_t* 
     for (int j = 0; j < NP; j++) V::store(&accm[t][j * V::W], V::zero());
   const I c80 = V::iset1(int32_t(0x80808080u));
   for (int b = 0; b < nb; b++) {
+    // No software prefetch: asking for the next tiles' block (as qmatmul_tile does) made 2-6 row
+    // steps 5-14% slower on Zen 4, whose hardware prefetcher keeps up with NP panel streams
+    // (perf-notes #26).
     const uint8_t* blk = base + size_t(b) * block_bytes;  // panel j's: + j * panel_stride
     const int8_t* xb = x.q + size_t(b) * kQBlock;
-    // the same block of the next NP panels (the next tile's, or the next row block's start)
-#pragma GCC unroll 4
-    for (int j = 0; j < NP; j++)
-#pragma GCC unroll 16
-      for (size_t o = 0; o < block_bytes; o += 64)
-        __builtin_prefetch(blk + (NP + j) * panel_stride + o);
     I dot[TB][NP], wsum[NP];
     fill(dot, V::izero());
 #pragma GCC unroll 4
