@@ -285,21 +285,31 @@ class Runner:
         return Rows(argmax, out)
 
     def propose_greedy(
-        self, slot: int, start: int, tokens: Sequence[int], k: int, subset: bool = False
+        self,
+        slot: int,
+        start: int,
+        tokens: Sequence[int],
+        k: int,
+        subset: bool = False,
+        min_prob: float = 0.0,
     ) -> list[int]:
-        """A greedy proposal of k tokens after `tokens` (fed at positions start.., right after the
-        slot's record): ONE native call where the step has one (Model.propose: the k steps and
-        their argmaxes without a round trip through Python), else k steps. With subset, argmaxes
-        over the head rows set_head_subset chose. The record gains the tokens and the first k - 1
-        proposed ones (the last is not run)."""
+        """A greedy proposal of up to k tokens after `tokens` (fed at positions start.., right after
+        the slot's record): ONE native call where the step has one (Model.propose: the steps and
+        their argmaxes without a round trip through Python), else step by step. With subset,
+        argmaxes over the head rows set_head_subset chose. With min_prob, it stops after the token
+        at which the product of the proposed tokens' softmax probabilities falls below min_prob.
+        The record gains the tokens and every proposed one but the last (which is not run)."""
         propose = getattr(self._step, "propose", None)
         if propose is None or len(tokens) > self.max_step_tokens:
             if subset:
                 raise ValueError("this step has no head subset")
             out: list[int] = []
-            feed, at = list(tokens), start
-            while len(out) < k:
-                out.append(self.extend_slot(slot, at, feed, logits=False).argmax[-1])
+            feed, at, kept = list(tokens), start, 1.0
+            while len(out) < k and kept >= min_prob:
+                rows = self.extend_slot(slot, at, feed, logits=min_prob > 0)
+                out.append(rows.argmax[-1])
+                if min_prob > 0:
+                    kept *= _top_probability(rows.logits[-1])
                 feed, at = out[-1:], at + len(feed)
             return out
         self._check_feed(Feed(slot, start, tokens, "last"), set())
@@ -308,7 +318,7 @@ class Runner:
                 f"{start} + {len(tokens)} + {k - 1} tokens exceed max_cache_len {self.max_cache_len}"
             )
         with self.lock:
-            out = propose(np.asarray(tokens, np.int32), slot, start, k, subset).tolist()
+            out = propose(np.asarray(tokens, np.int32), slot, start, k, subset, min_prob).tolist()
             self._records[slot].extend(tokens)
             self._records[slot].extend(out[:-1])
         return out
@@ -344,3 +354,8 @@ class Runner:
                 f"{feed.start} + {len(feed.tokens)} tokens exceed max_cache_len "
                 f"{self.max_cache_len}"
             )
+
+
+def _top_probability(logits: np.ndarray) -> float:
+    """The softmax probability of a row's largest logit: 1 / sum(exp(logit - max))."""
+    return float(1.0 / np.exp(logits.astype(np.float64) - float(logits.max())).sum())

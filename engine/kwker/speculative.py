@@ -217,10 +217,13 @@ class DraftProposer:
         behind = len(view) - self.draft.runner.reusable_prefix(0, view)
         return behind if window is None else min(behind, window)
 
-    def propose(self, tokens: list[int], k: int, window: int | None = None) -> list[int]:
-        """The draft's k-token greedy proposal after the text. window: catch up on at most that many
-        tokens; a draft further behind restarts its context at the text's last `window` tokens
-        (the draft then proposes from less of the text, until the next text)."""
+    def propose(
+        self, tokens: list[int], k: int, window: int | None = None, min_prob: float = 0.0
+    ) -> list[int]:
+        """The draft's greedy proposal of up to k tokens after the text. window: catch up on at most
+        that many tokens; a draft further behind restarts its context at the text's last `window`
+        tokens (the draft then proposes from less of the text, until the next text). min_prob: stop
+        once the product of the proposed tokens' probabilities (the draft's own) is below it."""
         runner = self.draft.runner
         if window is not None and self.behind_on(tokens) > window:
             self.offset = len(tokens) - window
@@ -243,7 +246,9 @@ class DraftProposer:
                     self.catch_up_s = time.perf_counter() - t0
                     reuse = len(view) - 1
                 self.subset = self._pruned(tokens)
-                return runner.propose_greedy(slot, reuse, view[reuse:], k, subset=self.subset)
+                return runner.propose_greedy(
+                    slot, reuse, view[reuse:], k, subset=self.subset, min_prob=min_prob
+                )
             finally:
                 runner.release(slot)
 
@@ -332,6 +337,9 @@ class Speculator:
     comes back when the text starts repeating."""
 
     PLAIN_WARMUP = 2  # plain steps measured before anything is proposed
+    STOP_MAX = (
+        0.9  # a draft's proposal stops below this chance that all its tokens are kept at most
+    )
     FIRST_DRAFT_WIDTH = 4  # tokens a draft with no measured cost proposes first
     # A draft whose record does not pay is still probed now and then, at least PROBE_GAP steps after its last
     # proposal, at the width that would pay best if its tokens were accepted PROBE_ACCEPT of the time (at least
@@ -503,6 +511,20 @@ class Speculator:
                 best_k, best = k, ratio
         return best_k
 
+    def _stop_below(self, k: int) -> float:
+        """Where a draft proposing up to k tokens stops (DraftProposer.propose's min_prob): one more
+        token is worth the chance that every token before it is kept (the product of the draft's
+        own probabilities) times the chance that it is (the draft's acceptance), and costs a draft
+        token and a verify row; it is proposed while its worth per cost beats the tokens per unit of
+        time that the k-token plan expects. 0 (no stop) before the draft's cost was measured."""
+        call = self._draft_call(k)
+        if call is None:
+            return 0.0
+        draft_token = call - (self._draft_call(k - 1) or 0.0) if k > 1 else call
+        row = self._cost(k + 1) - self._cost(k)
+        worth = self.accept["draft"]
+        return min(self.STOP_MAX, self._ratio("draft", k) * (draft_token + row) / max(worth, 0.05))
+
     def _probe_k(self, room: int) -> int:
         """The width of a probe of the draft: the best at PROBE_ACCEPT, and never less than PROBE_MIN_WIDTH (a
         probe is made even where the draft's measured costs say it cannot pay)."""
@@ -591,7 +613,7 @@ class Speculator:
                     ]  # lookup keeps learning whether it would have been right
                 t0 = self.clock()
                 window = self.PROBE_WINDOW if self._probing else None
-                cands = self.draft.propose(tokens, k, window)
+                cands = self.draft.propose(tokens, k, window, self._stop_below(k))
                 spent = self.clock() - t0
                 self.draft_s += spent
                 self._spent_drafting = spent / self.costs.step1_s

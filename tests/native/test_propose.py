@@ -98,3 +98,43 @@ def test_bad_proposals_and_subsets_are_refused():
     with pytest.raises(ValueError):
         m.propose(np.array([1, 2], np.int32), 0, 0, 0)
     assert len(m.propose(np.array([1, 2], np.int32), 0, 0, 3)) == 3  # and it still proposes
+
+
+def softmax_top(row):
+    """The softmax probability of a row's largest logit, in float64."""
+    row = np.asarray(row, np.float64)
+    return 1.0 / np.exp(row - row.max()).sum()
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("subset", [False, True])
+def test_a_proposal_stops_where_its_tokens_probability_falls_below_min_prob(
+    isa, subset, monkeypatch
+):
+    """min_prob: the proposal ends with the first token at which the product of the proposed
+    tokens' probabilities (each the softmax of its row of logits over the head it read) falls below
+    it; the tokens are the full proposal's first ones, and the cache holds all but the last."""
+    monkeypatch.setenv("KWKER_ISA", isa)
+    model = tiny_llama(hidden=96, heads=3, kv_heads=1, inter=128)
+    dec = KwkDecoder(model, max_cache_len=64, precision="int4", threads=2)
+    ids = np.arange(0, 1000, 3, dtype=np.int32)  # every third token
+    if subset:
+        dec.runner.set_head_subset(ids)
+    full = propose(dec, PROMPT, 8, subset=subset)
+    # the running product of each proposed token's probability, from the full head's logits
+    logits = dec.forward(PROMPT + full[:-1]).numpy()[len(PROMPT) - 1 :]  # (8, vocab)
+    kept = np.cumprod([softmax_top(row[ids] if subset else row) for row in logits])
+    for n in (1, 3, 6):  # stop after token n: min_prob between the products after n - 1 and n
+        before = kept[n - 2] if n > 1 else 1.0
+        min_prob = float(np.sqrt(kept[n - 1] * before))  # (a product shrinks: every p < 1 here)
+        assert kept[n - 1] < min_prob < before
+        dec.reset()
+        runner = dec.runner
+        with runner.hold():
+            slot = runner.acquire(0)
+            got = runner.propose_greedy(slot, 0, PROMPT, 8, subset=subset, min_prob=min_prob)
+            assert runner.cached_len(slot) == len(PROMPT) + len(got) - 1
+            runner.release(slot)
+        assert got == full[:n], n
+    with pytest.raises(ValueError, match="min_prob"):
+        dec.runner._step.propose(np.array(PROMPT, np.int32), 0, 0, 2, subset, 1.5)

@@ -192,9 +192,9 @@ py::array_t<int32_t> step(Model& m, py::object tokens_arg, py::object slots_arg,
   return argmax;
 }
 
-// tokens: [T] the catch-up; returns the k proposed tokens [k] (Model::propose).
+// tokens: [T] the catch-up; returns the proposed tokens [n <= k] (Model::propose).
 py::array_t<int32_t> propose(Model& m, py::object tokens_arg, int slot, int start, int k,
-                             bool subset) {
+                             bool subset, float min_prob) {
   const std::vector<int32_t> tokens = id_vector(tokens_arg, "tokens");
   const int T = int(tokens.size());
   if (T < 1 || T > m.max_step_tokens())
@@ -211,13 +211,15 @@ py::array_t<int32_t> propose(Model& m, py::object tokens_arg, int slot, int star
     if (tokens[t] < 0 || tokens[t] >= m.config().vocab)
       throw std::invalid_argument("token id " + std::to_string(tokens[t]) +
                                   " outside the vocabulary");
-  py::array_t<int32_t> out(k);
-  int32_t* o = out.mutable_data();
+  if (!(min_prob >= 0.f && min_prob <= 1.f))
+    throw std::invalid_argument("min_prob must be in [0, 1], got " + std::to_string(min_prob));
+  std::vector<int32_t> out(k);  // [k]
+  int n;
   {
     py::gil_scoped_release release;
-    m.propose(tokens.data(), T, slot, start, k, subset, o);
+    n = m.propose(tokens.data(), T, slot, start, k, subset, min_prob, out.data());
   }
-  return out;
+  return py::array_t<int32_t>(n, out.data());
 }
 
 void set_head_subset(Model& m, py::object ids_arg) {
@@ -246,7 +248,7 @@ void register_model(py::module_& mod) {
       .def("step", &step, py::arg("tokens"), py::arg("slots"), py::arg("positions"),
            py::arg("out_rows"))
       .def("propose", &propose, py::arg("tokens"), py::arg("slot"), py::arg("start"), py::arg("k"),
-           py::arg("subset") = false)
+           py::arg("subset") = false, py::arg("min_prob") = 0.f)
       .def("set_head_subset", &set_head_subset, py::arg("ids"))
       .def_property_readonly("head_subset_size", &Model::head_subset_size)
       .def(

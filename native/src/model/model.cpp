@@ -108,6 +108,7 @@ Model::Model(const Config& cfg, int n_rope, const float* rope_cos, const float* 
   qd_ = Buffer(sizeof(float) * S * maxp / kQBlock);
   qdsum_ = Buffer(sizeof(float) * S * maxp / kQBlock);
   logits_ = Buffer(sizeof(float) * max_rows_ * pad_to(cfg.vocab));
+  tie_ids_ = Buffer(sizeof(int32_t) * pool_.size() * size_t(cfg.vocab));
   scores_ = Buffer(sizeof(float) * 2 * pool_.size() * kMaxAttendRows * pad_to(max_cache_len));
   head_out_ = Buffer(sizeof(float) * 2 * pool_.size() * kMaxAttendRows * hdp_);
   n_counters_ = 8 * cfg.n_layer + 8;  // 7 matmuls per layer and the head; beyond: static shares
@@ -602,8 +603,8 @@ void Model::step(const int32_t* tokens, const int32_t* slots, const int32_t* pos
               cfg_.tied_embeddings ? embed_ : lm_head_, nullptr);
 }
 
-void Model::propose(const int32_t* tokens, int T, int slot, int start, int k, bool subset,
-                    int32_t* out) {
+int Model::propose(const int32_t* tokens, int T, int slot, int start, int k, bool subset,
+                   float min_prob, int32_t* out) {
   std::lock_guard<std::mutex> lock(mu_);
   check_complete_locked();
   if (subset && subset_head_.n == 0) throw std::runtime_error("no head subset was set");
@@ -612,11 +613,17 @@ void Model::propose(const int32_t* tokens, int T, int slot, int start, int k, bo
   std::vector<int32_t> slots(T, slot), positions(T);  // [T]
   for (int t = 0; t < T; t++) positions[t] = start + t;
   const int32_t last = T - 1;
-  step_locked(tokens, slots.data(), positions.data(), T, &last, 1, out, head, ids);
-  for (int i = 1; i < k; i++) {
-    const int32_t zero = 0, pos = start + T + i - 1;
-    step_locked(out + i - 1, &slot, &pos, 1, &zero, 1, out + i, head, ids);
+  float p = 1.f, kept = 1.f;  // the latest token's probability; the product of all of them
+  float* prob = min_prob > 0.f ? &p : nullptr;
+  step_locked(tokens, slots.data(), positions.data(), T, &last, 1, out, head, ids, prob);
+  int n = 1;
+  for (; n < k; n++) {
+    kept *= p;
+    if (kept < min_prob) break;
+    const int32_t zero = 0, pos = start + T + n - 1;
+    step_locked(out + n - 1, &slot, &pos, 1, &zero, 1, out + n, head, ids, prob);
   }
+  return n;
 }
 
 void Model::set_head_subset(const int32_t* ids, int n) {
@@ -641,7 +648,7 @@ void Model::set_head_subset(const int32_t* ids, int n) {
 
 void Model::step_locked(const int32_t* tokens, const int32_t* slots, const int32_t* positions,
                         int T, const int32_t* out_rows, int R, int32_t* argmax, const Matrix& head,
-                        const int32_t* head_ids) {
+                        const int32_t* head_ids, float* top_prob) {
   const Config& c = cfg_;
   const int group = c.n_head / c.n_kv_head;
   float* x = x_.as<float>();
@@ -726,6 +733,13 @@ void Model::step_locked(const int32_t* tokens, const int32_t* slots, const int32
       for (int i = 1; i < head.n; i++)
         if (lr[i] > lr[best]) best = i;
       argmax[r] = head_ids ? head_ids[best] : best;
+      if (top_prob) {  // exp(0) / the sum of exp(logit - max)
+        float mx;
+        double sum;
+        kern_->softmax_stats(lr, head.n, 1.f, 0.f, &mx, &sum,
+                             tie_ids_.as<int32_t>() + size_t(tid) * cfg_.vocab);
+        top_prob[r] = float(1.0 / sum);
+      }
     }
   });
 }

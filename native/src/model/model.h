@@ -93,13 +93,17 @@ class Model {
   void step(const int32_t* tokens, const int32_t* slots, const int32_t* positions, int T,
             const int32_t* out_rows, int R, int32_t* argmax);
 
-  // A greedy proposal of k tokens for one slot in one call (a draft's proposal, without k round
-  // trips through the caller): a step over the T tokens at positions start.., the argmax of its
-  // last row, then k - 1 one-token steps, each of the previous argmax. With `subset`, each argmax
-  // is taken over the head rows set_head_subset chose (fewer rows to read; the caller's fallback is
-  // the full head). Leaves the K/V of the T tokens and the first k - 1 proposed ones in the cache,
-  // as the steps would. out: [k] tokens.
-  void propose(const int32_t* tokens, int T, int slot, int start, int k, bool subset, int32_t* out);
+  // A greedy proposal of up to k tokens for one slot in one call (a draft's proposal, without k
+  // round trips through the caller): a step over the T tokens at positions start.., the argmax of
+  // its last row, then one-token steps, each of the previous argmax. With `subset`, each argmax is
+  // taken over the head rows set_head_subset chose (fewer rows to read; the caller's fallback is
+  // the full head). With min_prob > 0 it stops early, after the first token at which the product
+  // of the proposed tokens' probabilities (the softmax of their rows of logits) falls below
+  // min_prob: the draft's own estimate that all its tokens so far are kept, which is what a
+  // further token's worth is multiplied by. Leaves the K/V of the T tokens and of every proposed
+  // token but the last in the cache, as the steps would. out: [k]; returns how many it proposed.
+  int propose(const int32_t* tokens, int T, int slot, int start, int k, bool subset, float min_prob,
+              int32_t* out);
   // The rows of the head a subset proposal reads: ids [n] of the vocabulary (distinct), copied bit
   // for bit from the loaded head, so that each of their logits is the full head's.
   void set_head_subset(const int32_t* ids, int n);
@@ -145,10 +149,11 @@ class Model {
 
   void check_complete_locked();
   // step's work, with mu_ held: the head's rows give the logits, and head_ids (null: row i is token
-  // i) the token of each row
+  // i) the token of each row; top_prob (null: not computed) [R] the softmax probability of each
+  // row's argmax over the head's rows
   void step_locked(const int32_t* tokens, const int32_t* slots, const int32_t* positions, int T,
                    const int32_t* out_rows, int R, int32_t* argmax, const Matrix& head,
-                   const int32_t* head_ids);
+                   const int32_t* head_ids, float* top_prob = nullptr);
   // The matrix `name` names and its shape [*want_n, *want_k] (nullptr for no such name).
   Matrix* find_matrix(const std::string& name, int* want_n, int* want_k);
   // The matrix `name` names, after checking that [n, k] is its shape (throws otherwise).
@@ -186,7 +191,8 @@ class Model {
   Buffer x_, xn_, q_, k_, v_, qh_, att_, gate_, up_;
   Buffer qx_, qd_,
       qdsum_;  // quantized activations: [max_step, max kp] int8, [max_step, max kp / kQBlock] x2
-  Buffer logits_;  // [max_out_rows, vocab_stride]
+  Buffer logits_;   // [max_out_rows, vocab_stride]
+  Buffer tie_ids_;  // [threads][vocab] int32: softmax_stats' ids of a row's largest logits
   Buffer scores_,
       head_out_;  // two per thread: [kMaxAttendRows][pad(max_cache)], [kMaxAttendRows][hdp]
   std::vector<int> attend_runs_;  // the step's runs of tokens attended together: starts, then T
