@@ -25,6 +25,7 @@ from kwker.scheduler import DEFAULT_PREFILL_CHUNK, Scheduler
 from kwker.sequence import SequenceState
 from kwker.speculative import DraftProposer, LookupProposer, Speculator, StepCosts
 from kwker.streaming import GenerationChunk
+from kwker.suffix import SuffixCache
 
 if TYPE_CHECKING:
     import torch
@@ -225,9 +226,11 @@ class StepDecoder:
         tokenizer=None,
         costs: StepCosts | None = None,
         logprobs: int | None = None,
+        corpus: SuffixCache | None = None,
     ) -> SequenceState:
         """A validated sequence to generate (raises ValueError/TypeError on bad options). costs:
-        what earlier sequences measured, shared with this one's speculation (see StepCosts)."""
+        what earlier sequences measured, shared with this one's speculation (see StepCosts);
+        corpus: earlier texts that prompt lookup also copies from (a server's requests)."""
         if (
             not isinstance(max_new_tokens, int)
             or isinstance(max_new_tokens, bool)
@@ -262,7 +265,7 @@ class StepDecoder:
         )
         sampler = Sampler(params, len(prompt), generator)  # validates the options
         spec = Speculator(
-            LookupProposer() if lookup > 0 else None,
+            LookupProposer(corpus=corpus) if lookup > 0 else None,
             DraftProposer(draft) if draft is not None else None,
             lookup_max=max(lookup, 1),
             costs=costs,

@@ -22,6 +22,8 @@ from typing import ClassVar
 
 import numpy as np
 
+from kwker.suffix import Follower, SuffixAutomaton, SuffixCache
+
 
 def accept(candidates: list[int], picks: list[int]) -> int:
     """How many proposed tokens are kept: the run of candidates, from the first, that equals the
@@ -33,22 +35,24 @@ def accept(candidates: list[int], picks: list[int]) -> int:
 
 
 class LookupProposer:
-    """Prompt lookup that follows long matches (as SuffixDecoding, arXiv 2411.04975, over one text):
-    the longest suffix of the text that occurred earlier proposes what followed it, and says how
-    long the match is (`match_len`), so that the speculator can propose more after a long match
-    (a text being copied) than after a short one (a common pair of words).
+    """Prompt lookup that follows long matches (as SuffixDecoding, arXiv 2411.04975): the longest
+    suffix of the text that occurred earlier proposes what followed it, and says how long the match
+    is (`match_len`), so that the speculator can propose more after a long match (a text being
+    copied) than after a short one (a common pair of words). Earlier means in the text itself, or
+    in the earlier texts of a `corpus` (a server's earlier requests), whichever match is longer.
 
     A suffix automaton of the text, extended token by token (amortized O(1) each), gives the
     longest suffix with an earlier occurrence and the first such occurrence; an index of the last
     n-grams (ngram_max down to ngram_min tokens) -> their latest start gives the latest occurrence,
     which is taken when it matches as far back (a text's latest version of a passage is the one
-    being edited)."""
+    being edited). The text is also streamed through the corpus's automaton (a Follower)."""
 
     name = "lookup"
     COMPARE = 64  # tokens compared backwards to measure the latest occurrence's match
 
-    def __init__(self, ngram_max: int = 3, ngram_min: int = 1):
+    def __init__(self, ngram_max: int = 3, ngram_min: int = 1, corpus: SuffixCache | None = None):
         self.ngram_max, self.ngram_min = ngram_max, ngram_min
+        self.corpus = corpus
         self.match_len = 0  # of the latest proposal
         self._reset()
 
@@ -59,38 +63,9 @@ class LookupProposer:
         self.prev: dict[tuple[int, ...], int] = {}  # the occurrence before that one
         self.indexed = 0  # tokens[:indexed] are in the index and the automaton
         self.tokens: list[int] = []
-        # the suffix automaton: per state its transitions, suffix link, longest length and the end
-        # (index of the last token) of its first occurrence
-        self._next: list[dict[int, int]] = [{}]
-        self._link, self._len, self._first = [-1], [0], [-1]
-        self._last = 0  # the state of the whole text
-
-    def _extend(self, c: int, pos: int) -> None:
-        nxt, link, length, first = self._next, self._link, self._len, self._first
-        cur = len(length)
-        nxt.append({})
-        length.append(length[self._last] + 1)
-        link.append(0)
-        first.append(pos)
-        p = self._last
-        while p != -1 and c not in nxt[p]:
-            nxt[p][c] = cur
-            p = link[p]
-        if p != -1:
-            q = nxt[p][c]
-            if length[p] + 1 == length[q]:
-                link[cur] = q
-            else:
-                clone = len(length)
-                nxt.append(dict(nxt[q]))
-                length.append(length[p] + 1)
-                link.append(link[q])
-                first.append(first[q])
-                while p != -1 and nxt[p].get(c) == q:
-                    nxt[p][c] = clone
-                    p = link[p]
-                link[q] = link[cur] = clone
-        self._last = cur
+        self.automaton = SuffixAutomaton()
+        self._follower = Follower()  # the text in the corpus's automaton
+        self._corpus_version = -1  # of the corpus the follower walked
 
     def _sync(self, tokens: list[int]) -> None:
         # the same growing list (a sequence's text) needs no comparison; another list may be another text
@@ -100,7 +75,7 @@ class LookupProposer:
             self._reset()  # a different text: start over
         self.tokens = tokens
         for end in range(self.indexed + 1, len(tokens) + 1):
-            self._extend(tokens[end - 1], end - 1)
+            self.automaton.extend(tokens[end - 1])
             for n in range(self.ngram_min, self.ngram_max + 1):
                 if end >= n:
                     key = tuple(tokens[end - n : end])
@@ -111,13 +86,14 @@ class LookupProposer:
 
     def match(self, tokens: list[int]) -> tuple[int, int] | None:
         """(where the continuation starts, how many tokens match before it) for the longest suffix
-        of the text that occurred earlier; None if no token of the text's end occurred before."""
+        of the text that occurred earlier in the text; None if no token of the text's end did."""
         self._sync(tokens)
-        state = self._link[self._last]
-        length = self._len[state] if state > 0 else 0
+        a = self.automaton
+        state = a.link[a.last]
+        length = a.length[state] if state > 0 else 0
         if length == 0:
             return None
-        start = self._first[state] + 1  # after the first occurrence
+        start = a.first[state] + 1  # after the first occurrence
         n = min(length, self.ngram_max)
         if n >= self.ngram_min:
             key = tuple(tokens[-n:])
@@ -132,13 +108,41 @@ class LookupProposer:
                     start = end
         return start, length
 
+    def _follow_corpus(self, tokens: list[int]) -> Follower | None:
+        """The text's longest suffix that occurs in the corpus (after match synced the text)."""
+        corpus = self.corpus
+        if corpus is None or not corpus.tokens:
+            return None
+        follower = self._follower
+        if self._corpus_version != corpus.version or follower.fed > len(tokens):
+            # the corpus grew (its states moved) or the text is another: walk the text again
+            follower = self._follower = Follower()
+            self._corpus_version = corpus.version
+        for t in tokens[follower.fed :]:
+            follower.feed(corpus.automaton, t)
+        return follower
+
+    def find(self, tokens: list[int], most: int) -> tuple[list[int], int] | None:
+        """(up to `most` tokens that followed the longest earlier match of the text's end, the
+        match's length), from the text or the corpus, whichever match is longer; None if none."""
+        here = self.match(tokens)
+        follower = self._follow_corpus(tokens)
+        if follower is not None and follower.matched > (here[1] if here else 0):
+            cont = self.corpus.continuation(follower, most)
+            if cont:
+                return cont, follower.matched
+        if here is None:
+            return None
+        start, length = here
+        return tokens[start : start + most], length
+
     def propose(self, tokens: list[int], k: int) -> list[int]:
-        found = self.match(tokens)
+        found = self.find(tokens, k)
         if found is None:
             self.match_len = 0
             return []
-        start, self.match_len = found
-        return tokens[start : start + k]
+        cont, self.match_len = found
+        return cont
 
 
 # a draft that is further behind than this catches up in a prefill of its own before proposing
@@ -567,14 +571,14 @@ class Speculator:
         found_accept = self.accept["lookup"]
         self._bucket = None
         if self.lookup is not None:
-            where = self.lookup.match(tokens)
+            where = self.lookup.find(tokens, min(room, self.limit["lookup"] * self.LONG_LOOKUP))
             if where is not None:
-                start, length = where
+                cont, length = where
                 self._bucket = max(b for b in self.MATCH_BUCKETS if b <= length)
                 found_accept = self._lookup_accept(self._bucket)
                 long = length >= self.LONG_MATCH
                 k = self._best_k("lookup", room, found_accept, long) if warm else 0
-                cands = tokens[start : start + max(k, 1)]
+                cands = cont[: max(k, 1)]
                 if cands and k:
                     found = cands
                 elif cands:

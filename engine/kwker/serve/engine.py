@@ -16,6 +16,8 @@ from collections.abc import Callable
 
 from kwker.scheduler import DEFAULT_PREFILL_CHUNK, Scheduler
 from kwker.sequence import SequenceState
+from kwker.speculative import StepCosts
+from kwker.suffix import SuffixCache
 
 END = None  # the item that ends a request's stream (after an error item, if it failed)
 
@@ -91,6 +93,12 @@ class ServingEngine:
         self.max_queue = max_queue
         self.prefill_chunk = prefill_chunk
         self.observer = observer or ServingObserver()
+        # every ended request's text (prompt and answer): prompt lookup copies from earlier requests
+        # too (SuffixDecoding); read and written on the engine's thread only
+        self.corpus = SuffixCache()
+        # what speculation measured (step costs, the draft's), shared by the requests as the solo
+        # generations of a decoder share theirs: each request would otherwise learn them again
+        self.costs = StepCosts()
         self._waiting: deque[Request] = deque()
         self._active: dict[int, Request] = {}  # id(seq) -> its request, for the admitted ones
         self._wake = threading.Condition()
@@ -132,7 +140,14 @@ class ServingEngine:
         """Queues a request (token ids) and returns its handle; bad options raise here, in the
         caller's thread. sink: see Request."""
         ids = self.decoder.token_ids(prompt)
-        seq = self.decoder.new_sequence(ids, max_new_tokens, tokenizer=self.tokenizer, **options)
+        seq = self.decoder.new_sequence(
+            ids,
+            max_new_tokens,
+            tokenizer=self.tokenizer,
+            corpus=self.corpus,
+            costs=self.costs,
+            **options,
+        )
         req = Request(seq, sink)
         with self._wake:
             if len(self._waiting) >= self.max_queue:
@@ -212,6 +227,8 @@ class ServingEngine:
         """Ends a request's stream (after the error, if any)."""
         req.finish_reason = req.seq.finish_reason
         req.error = error
+        if error is None and req.seq.new_tokens:  # the verified text of a finished or cancelled one
+            self.corpus.add(req.seq.tokens)
         if error is not None:
             req._put(error)
         req._put(END)
