@@ -45,14 +45,16 @@ def test_speedup_on_the_rewrite_task_matches_the_bench(qtbot, data_dir):
     """The window's figure (the median of three answers) against `kwker bench --lookup`'s on the same
     decoder and prompt: median tokens/s of prompt lookup over plain decoding, in separate generations
     (7 runs each, alternating). The bench's ratio is the noisier of the two (a slow moment on a
-    shared machine lands on one mode's runs only): a second measurement of both is taken when the
-    first pair is more than 15% apart, and one of the two pairs must agree."""
+    shared machine lands on one mode's runs only): both are measured again while a pair is more
+    than 15% apart, and one of three pairs must agree (a run of the suite saw the host's speed
+    swing two pairs apart: 3.71x against 2.22x, then 1.94x against 3.41x; alone, 3.14x against
+    3.03x)."""
     win = open_window(qtbot, {**GREEDY, "lookup": True, "max_new_tokens": 160})
     msg = answer(qtbot, win, TASKS["rewrite"])
     assert msg.stats["accepted"]["lookup"] > 40
     modes = {"plain": dict(lookup=0), "lookup": dict(lookup=8)}
     pairs = []
-    for _ in range(2):
+    for _ in range(3):
         speedups = []
         for _ in range(3):
             win.regenerate()
@@ -68,7 +70,7 @@ def test_speedup_on_the_rewrite_task_matches_the_bench(qtbot, data_dir):
               f"{pairs[-1][1]:.2f}x")  # fmt: skip
         if abs(speedup / pairs[-1][1] - 1) <= 0.15:
             return
-    raise AssertionError(f"(window, bench) speedups more than 15% apart twice: {pairs}")
+    raise AssertionError(f"(window, bench) speedups more than 15% apart three times: {pairs}")
 
 
 def test_a_long_chat_rolls_over_and_keeps_the_system_prompt(qtbot, data_dir):

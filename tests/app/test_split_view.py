@@ -100,7 +100,11 @@ def test_identical_for_greedy_and_for_a_seed_with_prompt_lookup(qtbot, data_dir)
     win.apply_settings(
         {**win.settings_panel.values(), "temperature": 0.9, "seed": -1}, conversation_only=False
     )
-    view = run_split(qtbot, win)  # a new seed each answer: the two runs share one
+    for _ in range(3):  # a new seed each answer: the two runs share one
+        view = run_split(qtbot, win)
+        if len(view.tokens[0]) > 10 or view.tokens[0] != view.tokens[1]:
+            break
+        view.close()  # a seed whose answer ended early (a run of the suite drew 10 tokens)
     assert_identical(view, "lookup")
     assert view.seed is not None and f"seed {view.seed}" in view.verdict.text()
 
