@@ -288,15 +288,24 @@ class StepCosts:
     A width's cost is the median of its latest TIMINGS times, and while it has fewer than TRUSTED of
     them, no more than the prior's (STEP_SLOPE a token): the host slows single steps by up to 2.4x,
     and a width whose first timing came out that dear would never be proposed, so never timed,
-    again (a prompt being copied then got nothing from lookup: seen in CI)."""
+    again (a prompt being copied then got nothing from lookup: seen in CI). For the same reason a
+    record that STALE multi-token steps have not timed again counts at no more than the prior's
+    (current): a width timed in a slow stretch, then never proposed, was never timed again either
+    (perf-notes #26: a draft locked at width 3 for good, steps of 5 and 6 tokens read at 1.6 and
+    1.81 plain steps where they cost 1.28 and 1.42). Timed again, its old times are dropped."""
 
     TIMINGS: ClassVar[int] = 5
     TRUSTED: ClassVar[int] = 3
+    STALE: ClassVar[int] = 100
 
     step1_s: float = 0.0
     # fed tokens (2+) -> the latest TIMINGS times of a step that fed them, each / the 1-token step
     timings: dict[int, list[float]] = field(default_factory=dict)
     relative: dict[int, float] = field(default_factory=dict)  # fed tokens -> its cost (record)
+    recorded: int = 0  # multi-token steps timed so far
+    recorded_at: dict[int, int] = field(
+        default_factory=dict
+    )  # fed tokens -> `recorded` at its latest
     draft_call: dict[int, dict[int, float]] = field(
         default_factory=dict
     )  # id(draft) -> {k: time of a k-token proposal / 1-token step}
@@ -308,15 +317,34 @@ class StepCosts:
     # the draft has not seen: the prompt, a run of lookup's tokens, the steps it sat out) / 1-token step
     draft_catch_up: dict[int, float] = field(default_factory=dict)
 
+    def _stale(self, fed: int) -> bool:
+        return self.recorded - self.recorded_at.get(fed, self.recorded) > self.STALE
+
     def record(self, fed: int, relative: float) -> None:
         """A step that fed `fed` tokens took `relative` 1-token steps."""
         times = self.timings.setdefault(fed, [])
+        if self._stale(fed):
+            times.clear()
+        self.recorded += 1
+        self.recorded_at[fed] = self.recorded
         times.append(relative)
         del times[: -self.TIMINGS]
         cost = statistics.median(times)
         if len(times) < self.TRUSTED:
-            cost = min(cost, 1.0 + STEP_SLOPE * (fed - 1))
+            cost = min(cost, _prior(fed))
         self.relative[fed] = cost
+
+    def current(self) -> dict[int, float]:
+        """fed tokens -> the cost to plan with: its record, a stale one no more than the prior's."""
+        return {
+            fed: min(cost, _prior(fed)) if self._stale(fed) else cost
+            for fed, cost in self.relative.items()
+        }
+
+
+def _prior(fed: int) -> float:
+    """A step of `fed` tokens before it was timed: STEP_SLOPE of a 1-token step a token more."""
+    return 1.0 + STEP_SLOPE * (fed - 1)
 
 
 class Speculator:
@@ -435,15 +463,16 @@ class Speculator:
         before any was measured)."""
         if fed == 1:
             return 1.0
-        wider = [r for f, r in self.costs.relative.items() if f >= fed]
+        relative = self.costs.current()
+        wider = [r for f, r in relative.items() if f >= fed]
         if wider:
             return max(1.0, min(wider))
-        widest = max(self.costs.relative, default=1)
+        widest = max(relative, default=1)
         if widest == 1:
-            return 1.0 + STEP_SLOPE * (fed - 1)
+            return _prior(fed)
         # along the measured cost per extra token (from the 1-token step to the widest), not below
         # a quarter of the prior's
-        base = max(1.0, self.costs.relative[widest])
+        base = max(1.0, relative[widest])
         slope = max((base - 1.0) / (widest - 1), STEP_SLOPE / 4)
         return base + slope * (fed - widest)
 

@@ -444,6 +444,29 @@ def test_a_width_first_timed_with_a_one_time_cost_is_proposed_again():
     assert tokens / seconds * step1_s > 2.7
 
 
+def test_a_width_timed_in_a_slow_stretch_is_timed_again_later():
+    """Steps of 5 tokens or more run at twice their cost for the first 60 steps (a slow stretch of
+    the host), then at 1 + 0.06 a token: the widths priced in that stretch must be tried again
+    (StepCosts.STALE), not avoided for good. A draft token costs 0.15 steps, 93% are kept."""
+    step1_s = 0.01
+    clock = Clock()
+    draft = SimulatedDraft(clock, lambda k: 0.05 + 0.15 * k, step1_s, agree=0.93)
+    spec = Speculator(None, draft, clock=clock)
+    calls = [0]  # simulate times each step twice
+
+    def step(fed):
+        calls[0] += 1
+        slow = 2.0 if fed >= 5 and calls[0] <= 120 else 1.0
+        return slow * (1 + 0.06 * (fed - 1))
+
+    tokens, seconds = simulate(spec, draft, step, 800, step1_s)
+    later = sorted(draft.calls[-100:])
+    # before: locked at width 3 for good (its records of 5 tokens and more kept their slow times),
+    # 2.09 plain steps' worth; after: widths 5-7, 2.37
+    assert later[len(later) // 2] >= 5, later
+    assert tokens / seconds * step1_s > 2.2
+
+
 class ConfidentDraft(SimulatedDraft):
     """A simulated draft that knows when it is unsure, as the real ones do (perf-notes #26: the
     Qwen2.5-Coder 0.5B's tokens of probability >= 0.97 were the 1.5B's own 100% of the time, those
