@@ -42,3 +42,16 @@ def tiny_llama(
             if p.dim() == 2:
                 p.mul_(3.0)
     return model.to(dtype)
+
+
+class WithoutPropose:
+    """A native step seen without its propose: the runner then proposes step by step (its fallback,
+    as for a compiled decoder's step)."""
+
+    def __init__(self, step):
+        self._step = step
+
+    def __getattr__(self, name):
+        if name == "propose":
+            raise AttributeError(name)
+        return getattr(self._step, name)

@@ -36,6 +36,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+from kwker import _native
+
 DEFAULT_STEP_TOKENS = 256  # tokens per native step in prefill (longer prompts go in chunks)
 DEFAULT_LOGIT_ROWS = 64  # rows of logits one step can return
 ROWS = ("none", "last", "all")  # which of a feed's rows a step returns
@@ -308,8 +310,8 @@ class Runner:
             while len(out) < k and kept >= min_prob:
                 rows = self.extend_slot(slot, at, feed, logits=min_prob > 0)
                 out.append(rows.argmax[-1])
-                if min_prob > 0:
-                    kept *= _top_probability(rows.logits[-1])
+                if min_prob > 0:  # as Model.propose: 1 / the sum of exp(logit - max)
+                    kept /= _native.softmax_stats(rows.logits[-1], 1.0, 0.0)[1]
                 feed, at = out[-1:], at + len(feed)
             return out
         self._check_feed(Feed(slot, start, tokens, "last"), set())
@@ -354,8 +356,3 @@ class Runner:
                 f"{feed.start} + {len(feed.tokens)} tokens exceed max_cache_len "
                 f"{self.max_cache_len}"
             )
-
-
-def _top_probability(logits: np.ndarray) -> float:
-    """The softmax probability of a row's largest logit: 1 / sum(exp(logit - max))."""
-    return float(1.0 / np.exp(logits.astype(np.float64) - float(logits.max())).sum())

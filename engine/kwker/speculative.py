@@ -113,9 +113,9 @@ class LookupProposer:
         corpus = self.corpus
         if corpus is None or not corpus.tokens:
             return None
-        follower = self._follower
-        if self._corpus_version != corpus.version or follower.fed > len(tokens):
-            # the corpus grew (its states moved) or the text is another: walk the text again
+        follower = self._follower  # a new one for a new text (_reset)
+        if self._corpus_version != corpus.version:
+            # the corpus grew (its states moved): walk the text again
             follower = self._follower = Follower()
             self._corpus_version = corpus.version
         for t in tokens[follower.fed :]:
@@ -369,9 +369,8 @@ class Speculator:
     comes back when the text starts repeating."""
 
     PLAIN_WARMUP = 2  # plain steps measured before anything is proposed
-    STOP_MAX = (
-        0.9  # a draft's proposal stops below this chance that all its tokens are kept at most
-    )
+    # a draft's proposal stops below this chance that all its tokens are kept, at most
+    STOP_MAX = 0.9
     FIRST_DRAFT_WIDTH = 4  # tokens a draft with no measured cost proposes first
     # A draft whose record does not pay is still probed now and then, at least PROBE_GAP steps after its last
     # proposal, at the width that would pay best if its tokens were accepted PROBE_ACCEPT of the time (at least

@@ -105,10 +105,13 @@ class SuffixCache:
             return
         if len(self.tokens) + len(text) + 1 > self.max_tokens:
             self._drop_older_half(len(text) + 1)
-        for t in [*text, self.SEPARATOR]:
+        self._append([*text, self.SEPARATOR])
+        self.version += 1
+
+    def _append(self, tokens: list[int]) -> None:
+        for t in tokens:
             self.tokens.append(t)
             self.automaton.extend(t)
-        self.version += 1
 
     def _drop_older_half(self, room: int) -> None:
         """Rebuilds from the newer texts: at most half of max_tokens, and room for `room` more."""
@@ -119,9 +122,7 @@ class SuffixCache:
             cut += 1
         kept = self.tokens[cut:]
         self.tokens, self.automaton = [], SuffixAutomaton()
-        for t in kept:
-            self.tokens.append(t)
-            self.automaton.extend(t)
+        self._append(kept)
 
     def continuation(self, follower: Follower, k: int) -> list[int]:
         """Up to k tokens that followed the follower's match, up to the end of that earlier text."""

@@ -3,7 +3,7 @@ prompt lookup and a draft model, bit for bit (the batch-invariant kernels make t
 
 import pytest
 import torch
-from helpers import tiny_llama
+from helpers import WithoutPropose, tiny_llama
 
 from kwker.decode import KwkDecoder
 from kwker.speculative import DraftProposer, LookupProposer, Speculator, StepCosts
@@ -628,7 +628,7 @@ def test_real_model_same_text_with_each_new_mechanism(smollm2_pair, seed, monkey
         monkeypatch.setattr(DraftProposer, "HEAD_SUBSET", subset)
         monkeypatch.setattr(Speculator, "STOP_MAX", stop)
         if not native:  # the proposal step by step (Runner's fallback), as before Model.propose
-            monkeypatch.setattr(draft.runner, "_step", _WithoutPropose(draft.runner._step))
+            monkeypatch.setattr(draft.runner, "_step", WithoutPropose(draft.runner._step))
         out, stats = gen(lookup=0, draft=draft)
         assert torch.equal(out, plain), (subset, native, stop)
         assert stats.proposed.get("draft", 0) > 0
@@ -637,18 +637,6 @@ def test_real_model_same_text_with_each_new_mechanism(smollm2_pair, seed, monkey
     assert draft.runner.head_subset_size >= 8192  # the pruned head was set (and its special tokens)
     out, stats = gen()  # the suffix lookup alone
     assert torch.equal(out, plain) and stats.proposed.get("lookup", 0) > 0
-
-
-class _WithoutPropose:
-    """A native step seen without its propose: the runner then proposes step by step."""
-
-    def __init__(self, step):
-        self._step = step
-
-    def __getattr__(self, name):
-        if name == "propose":
-            raise AttributeError(name)
-        return getattr(self._step, name)
 
 
 def test_a_drafts_acceptance_carries_over_to_the_next_sequence():

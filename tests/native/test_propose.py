@@ -5,7 +5,7 @@ ISA and format."""
 import numpy as np
 import pytest
 import torch
-from helpers import tiny_llama
+from helpers import WithoutPropose, tiny_llama
 
 from kwker import _native
 from kwker.decode import KwkDecoder
@@ -136,5 +136,16 @@ def test_a_proposal_stops_where_its_tokens_probability_falls_below_min_prob(
             assert runner.cached_len(slot) == len(PROMPT) + len(got) - 1
             runner.release(slot)
         assert got == full[:n], n
+        if not subset:  # the runner's step-by-step fallback stops at the same token
+            dec.reset()
+            step = runner._step
+            runner._step = WithoutPropose(step)
+            try:
+                with runner.hold():
+                    slot = runner.acquire(0)
+                    assert runner.propose_greedy(slot, 0, PROMPT, 8, min_prob=min_prob) == got
+                    runner.release(slot)
+            finally:
+                runner._step = step
     with pytest.raises(ValueError, match="min_prob"):
         dec.runner._step.propose(np.array(PROMPT, np.int32), 0, 0, 2, subset, 1.5)
