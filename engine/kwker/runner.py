@@ -45,12 +45,19 @@ ROWS = ("none", "last", "all")  # which of a feed's rows a step returns
 
 @dataclass
 class Feed:
-    """Tokens for one slot in a step, at positions start.. of its text (right after its record)."""
+    """Tokens for one slot in a step, at positions start.. of its text (right after its record).
+
+    A branch (branch_of: the slot of another feed of the same step, its parent) is a speculation
+    tree's second path: its slot first takes what the parent's slot holds (the K/V its record
+    lacks are copied), the parent's tokens before this feed's start go into its cache too (the
+    same rows, written twice: not run twice), and its tokens follow them. So each of its rows
+    attends to the text it would have alone, and gives the logits a plain step would."""
 
     slot: int
     start: int
     tokens: Sequence[int]
     rows: str = "last"  # one of ROWS
+    branch_of: int | None = None
 
     @property
     def n_rows(self) -> int:
@@ -219,14 +226,21 @@ class Runner:
         if not feeds:
             raise ValueError("a step needs at least one feed")
         ids, slots, positions, out_rows = [], [], [], []  # (T,), (T,), (T,), (R,)
+        also: list[int] = []  # (T,): -1, or the branch slot that also takes the row's K/V
         spans = []  # each feed's rows: out_rows[a:b]
-        fed: set[int] = set()
+        fed: dict[int, int] = {}  # slot -> where its feed's rows start in ids
         for feed in feeds:
-            self._check_feed(feed, fed)
-            fed.add(feed.slot)
+            parent = self._check_branch(feed, feeds, fed) if feed.branch_of is not None else None
+            self._check_feed(feed, set(fed), parent)
+            if parent is not None:  # the parent's rows before the branch are the branch's too
+                base = fed[parent.slot]
+                for i in range(feed.start - parent.start):
+                    also[base + i] = feed.slot
+            fed[feed.slot] = len(ids)
             base, n = len(ids), len(feed.tokens)
             ids.extend(feed.tokens)
             slots.extend([feed.slot] * n)
+            also.extend([-1] * n)
             positions.extend(range(feed.start, feed.start + n))
             first = len(out_rows)
             if feed.rows == "all":
@@ -239,15 +253,21 @@ class Runner:
                 f"a step takes at most {self.max_step_tokens} tokens and {self.max_out_rows} "
                 f"rows, got {len(ids)} and {len(out_rows)}"
             )
+        branches = any(a >= 0 for a in also)
         with self.lock:
-            argmax = self._step.step(
-                np.asarray(ids, np.int32),
-                np.asarray(slots, np.int32),
-                np.asarray(positions, np.int32),
-                np.asarray(out_rows, np.int32),
-            ).tolist()
+            for feed in feeds:
+                if feed.branch_of is not None:
+                    self._sync(feed.branch_of, feed.slot)
+            args = [np.asarray(v, np.int32) for v in (ids, slots, positions, out_rows)]
+            if branches:
+                args.append(np.asarray(also, np.int32))
+            argmax = self._step.step(*args).tolist()
             view = self._step.logits(len(out_rows)) if logits and out_rows else None  # (R, vocab)
             for feed in feeds:
+                if feed.branch_of is not None:
+                    shared = feed.start - len(self._records[feed.slot])
+                    parent = next(f for f in feeds if f.slot == feed.branch_of)
+                    self._records[feed.slot].extend(parent.tokens[:shared])
                 self._records[feed.slot].extend(feed.tokens)
         return [Rows(argmax[a:b], None if view is None else view[a:b]) for a, b in spans]
 
@@ -294,36 +314,49 @@ class Runner:
         k: int,
         subset: bool = False,
         min_prob: float = 0.0,
-    ) -> list[int]:
+        alternatives: bool = False,
+    ):
         """A greedy proposal of up to k tokens after `tokens` (fed at positions start.., right after
         the slot's record): ONE native call where the step has one (Model.propose: the steps and
         their argmaxes without a round trip through Python), else step by step. With subset,
         argmaxes over the head rows set_head_subset chose. With min_prob, it stops after the token
         at which the product of the proposed tokens' softmax probabilities falls below min_prob.
-        The record gains the tokens and every proposed one but the last (which is not run)."""
+        The record gains the tokens and every proposed one but the last (which is not run).
+        Returns the tokens; with alternatives, (tokens, each one's probability, the runner-up
+        token at each position)."""
         propose = getattr(self._step, "propose", None)
         if propose is None or len(tokens) > self.max_step_tokens:
             if subset:
                 raise ValueError("this step has no head subset")
             out: list[int] = []
+            probs: list[float] = []
+            second: list[int] = []
             feed, at, kept = list(tokens), start, 1.0
+            want_logits = min_prob > 0 or alternatives
             while len(out) < k and kept >= min_prob:
-                rows = self.extend_slot(slot, at, feed, logits=min_prob > 0)
+                rows = self.extend_slot(slot, at, feed, logits=want_logits)
                 out.append(rows.argmax[-1])
-                if min_prob > 0:  # as Model.propose: 1 / the sum of exp(logit - max)
-                    kept /= _native.softmax_stats(rows.logits[-1], 1.0, 0.0)[1]
+                if want_logits:  # as Model.propose: 1 / the sum of exp(logit - max)
+                    row = rows.logits[-1]
+                    probs.append(1.0 / _native.softmax_stats(row, 1.0, 0.0)[1])
+                    kept *= probs[-1]
+                    rest = row.copy()
+                    rest[out[-1]] = -np.inf
+                    second.append(int(np.argmax(rest)))  # the lowest id among equals
                 feed, at = out[-1:], at + len(feed)
-            return out
+            return (out, probs, second) if alternatives else out
         self._check_feed(Feed(slot, start, tokens, "last"), set())
         if start + len(tokens) + k - 1 > self.max_cache_len:
             raise ValueError(
                 f"{start} + {len(tokens)} + {k - 1} tokens exceed max_cache_len {self.max_cache_len}"
             )
         with self.lock:
-            out = propose(np.asarray(tokens, np.int32), slot, start, k, subset, min_prob).tolist()
+            got = propose(np.asarray(tokens, np.int32), slot, start, k, subset, min_prob, alternatives)
+            got = [a.tolist() for a in got] if alternatives else got.tolist()
+            out = got[0] if alternatives else got
             self._records[slot].extend(tokens)
             self._records[slot].extend(out[:-1])
-        return out
+        return tuple(got) if alternatives else out
 
     @property
     def head_subset_size(self) -> int:
@@ -335,7 +368,57 @@ class Runner:
         with self.lock:
             self._step.set_head_subset(np.asarray(ids, np.int32))
 
-    def _check_feed(self, feed: Feed, fed: set[int]) -> None:
+    @property
+    def branches(self) -> bool:
+        """Whether steps take branch feeds (the step writes a row to two slots, copies caches)."""
+        return hasattr(self._step, "copy_cache")
+
+    def _sync(self, src: int, dst: int) -> None:
+        """Makes slot dst hold what slot src holds: the K/V of the positions where their records
+        differ are copied from src (a branch slot catching up with its chain)."""
+        have, want = self._records[dst], self._records[src]
+        same = 0
+        limit = min(len(have), len(want))
+        while same < limit and have[same] == want[same]:
+            same += 1
+        if same < len(want):
+            self._step.copy_cache(src, dst, same, len(want) - same)
+        self._records[dst] = list(want)
+
+    def copy(self, src: int, dst: int, start: int, n: int) -> None:
+        """Slot dst takes slot src's K/V of positions start..start+n-1 (the accepted rows of a
+        branch, back into the chain's slot): its record becomes its first `start` tokens, which
+        must be src's, then src's next n."""
+        with self.lock:
+            self._check_slot(src)
+            self._check_slot(dst)
+            have, want = self._records[dst], self._records[src]
+            if start + n > len(want) or have[:start] != want[:start]:
+                raise ValueError(
+                    f"slot {dst} does not share slot {src}'s first {start} tokens, or slot {src} "
+                    f"holds fewer than {start + n}"
+                )
+            if n:
+                self._step.copy_cache(src, dst, start, n)
+            self._records[dst] = want[: start + n]
+
+    def _check_branch(self, feed: Feed, feeds: Sequence[Feed], fed: dict[int, int]) -> Feed:
+        """The parent feed of a branch feed (see Feed), checked."""
+        if not self.branches:
+            raise ValueError("this step takes no branch feeds")
+        parent = next((f for f in feeds if f.slot == feed.branch_of), None)
+        if parent is None or parent.slot not in fed or parent.branch_of is not None:
+            raise ValueError(
+                f"a branch of slot {feed.branch_of} needs that slot's own feed earlier in the step"
+            )
+        if not parent.start < feed.start <= parent.start + len(parent.tokens):
+            raise ValueError(
+                f"a branch starts after its parent's first token, within its tokens: "
+                f"{parent.start} < {feed.start} <= {parent.start + len(parent.tokens)}"
+            )
+        return parent
+
+    def _check_feed(self, feed: Feed, fed: set[int], parent: Feed | None = None) -> None:
         self._check_slot(feed.slot)
         if feed.slot not in self._in_use:
             raise ValueError(f"slot {feed.slot} is not acquired")
@@ -345,7 +428,8 @@ class Runner:
             raise ValueError("a feed needs at least one token")
         if feed.rows not in ROWS:
             raise ValueError(f"rows must be one of {ROWS}, got {feed.rows!r}")
-        held = len(self._records[feed.slot])
+        # a branch's slot will hold its parent's record, then the parent's rows before the branch
+        held = len(self._records[feed.slot]) if parent is None else feed.start
         if feed.start != held:
             raise ValueError(
                 f"tokens for slot {feed.slot} go at position {held}, after its {held} cached "

@@ -6,6 +6,8 @@
 
 #include <cmath>
 #include <memory>
+#include <set>
+#include <utility>
 #include <stdexcept>
 #include <string>
 
@@ -154,8 +156,9 @@ void set_norm(Model& m, const std::string& name, py::object w_arg) {
 
 // tokens, slots, positions: [T] int32/int64; out_rows: [R]. Returns argmax [R]; the logits stay in
 // the model (see logits()). The ids are copied before the GIL is released.
+// also: None or [T] (-1, or the slot whose cache also takes token t's K/V: see Model::step).
 py::array_t<int32_t> step(Model& m, py::object tokens_arg, py::object slots_arg,
-                          py::object positions_arg, py::object out_rows_arg) {
+                          py::object positions_arg, py::object out_rows_arg, py::object also_arg) {
   const std::vector<int32_t> tokens = id_vector(tokens_arg, "tokens"),
                              slots = id_vector(slots_arg, "slots"),
                              positions = id_vector(positions_arg, "positions"),
@@ -183,18 +186,46 @@ py::array_t<int32_t> step(Model& m, py::object tokens_arg, py::object slots_arg,
   }
   for (int r = 0; r < R; r++)
     if (out_rows[r] < 0 || out_rows[r] >= T) throw std::invalid_argument("output row out of range");
+  std::vector<int32_t> also;
+  if (!also_arg.is_none()) {
+    also = id_vector(also_arg, "also");
+    if (int(also.size()) != T) throw std::invalid_argument("also and tokens differ in length");
+    // every (slot, position) a row writes, at most once: two writes would race
+    std::set<std::pair<int, int>> written;
+    for (int t = 0; t < T; t++) written.insert({slots[t], positions[t]});
+    for (int t = 0; t < T; t++) {
+      if (also[t] < -1 || also[t] >= m.n_slots() || also[t] == slots[t])
+        throw std::invalid_argument("also[" + std::to_string(t) + "] must be -1 or another slot");
+      if (also[t] >= 0 && !written.insert({also[t], positions[t]}).second)
+        throw std::invalid_argument("two rows write slot " + std::to_string(also[t]) +
+                                    " at position " + std::to_string(positions[t]));
+    }
+  }
   py::array_t<int32_t> argmax(R);
   int32_t* am = argmax.mutable_data();
   {
     py::gil_scoped_release release;
-    m.step(tokens.data(), slots.data(), positions.data(), T, out_rows.data(), R, am);
+    m.step(tokens.data(), slots.data(), positions.data(), T, out_rows.data(), R, am,
+           also.empty() ? nullptr : also.data());
   }
   return argmax;
 }
 
+void copy_cache(Model& m, int src, int dst, int start, int n) {
+  if (src < 0 || src >= m.n_slots() || dst < 0 || dst >= m.n_slots() || src == dst)
+    throw std::invalid_argument("copy_cache takes two different slots of " +
+                                std::to_string(m.n_slots()));
+  if (start < 0 || n < 0 || int64_t(start) + n > m.max_cache_len())
+    throw std::invalid_argument("positions outside the cache of " +
+                                std::to_string(m.max_cache_len()));
+  py::gil_scoped_release release;
+  m.copy_cache(src, dst, start, n);
+}
+
 // tokens: [T] the catch-up; returns the proposed tokens [n <= k] (Model::propose).
-py::array_t<int32_t> propose(Model& m, py::object tokens_arg, int slot, int start, int k,
-                             bool subset, float min_prob) {
+// With alternatives: (tokens [n], their probabilities [n], the runner-up at each position [n]).
+py::object propose(Model& m, py::object tokens_arg, int slot, int start, int k, bool subset,
+                   float min_prob, bool alternatives) {
   const std::vector<int32_t> tokens = id_vector(tokens_arg, "tokens");
   const int T = int(tokens.size());
   if (T < 1 || T > m.max_step_tokens())
@@ -213,13 +244,18 @@ py::array_t<int32_t> propose(Model& m, py::object tokens_arg, int slot, int star
                                   " outside the vocabulary");
   if (!(min_prob >= 0.f && min_prob <= 1.f))
     throw std::invalid_argument("min_prob must be in [0, 1], got " + std::to_string(min_prob));
-  std::vector<int32_t> out(k);  // [k]
+  std::vector<int32_t> out(k), second(alternatives ? k : 0);  // [k]
+  std::vector<float> probs(alternatives ? k : 0);                // [k]
   int n;
   {
     py::gil_scoped_release release;
-    n = m.propose(tokens.data(), T, slot, start, k, subset, min_prob, out.data());
+    n = m.propose(tokens.data(), T, slot, start, k, subset, min_prob, out.data(),
+                  alternatives ? probs.data() : nullptr, alternatives ? second.data() : nullptr);
   }
-  return py::array_t<int32_t>(n, out.data());
+  py::array_t<int32_t> ids(n, out.data());
+  if (!alternatives) return std::move(ids);
+  return py::make_tuple(ids, py::array_t<float>(n, probs.data()),
+                        py::array_t<int32_t>(n, second.data()));
 }
 
 void set_head_subset(Model& m, py::object ids_arg) {
@@ -246,9 +282,11 @@ void register_model(py::module_& mod) {
       .def("set_norm", &set_norm, py::arg("name"), py::arg("w"))
       .def("check_complete", &Model::check_complete)
       .def("step", &step, py::arg("tokens"), py::arg("slots"), py::arg("positions"),
-           py::arg("out_rows"))
+           py::arg("out_rows"), py::arg("also") = py::none())
+      .def("copy_cache", &copy_cache, py::arg("src"), py::arg("dst"), py::arg("start"),
+           py::arg("n"))
       .def("propose", &propose, py::arg("tokens"), py::arg("slot"), py::arg("start"), py::arg("k"),
-           py::arg("subset") = false, py::arg("min_prob") = 0.f)
+           py::arg("subset") = false, py::arg("min_prob") = 0.f, py::arg("alternatives") = false)
       .def("set_head_subset", &set_head_subset, py::arg("ids"))
       .def_property_readonly("head_subset_size", &Model::head_subset_size)
       .def(

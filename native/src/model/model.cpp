@@ -411,8 +411,8 @@ void Model::add_residual(const Matrix& m, const float* in, int ldin, const Buffe
 // token's heads in the order KV head 0, its query heads, KV head 1, ...: a KV head (its key rotated
 // and written with its value into the cache) costs more than a query head, and so the shares of a
 // lone token are even (SmolLM2: 2 KV + 4 query heads and 1 + 5, not 6 query heads and 3 + 3).
-void Model::rope_and_cache(int layer, const int32_t* slots, const int32_t* positions, int T,
-                           int tid) {
+void Model::rope_and_cache(int layer, const int32_t* slots, const int32_t* also,
+                           const int32_t* positions, int T, int tid) {
   const int hd = cfg_.head_dim, half = rope_half_, heads = cfg_.n_head + cfg_.n_kv_head;
   const int group = cfg_.n_head / cfg_.n_kv_head;
   const float* table_cos =
@@ -448,11 +448,14 @@ void Model::rope_and_cache(int layer, const int32_t* slots, const int32_t* posit
     }
     float key[kMaxHeadDim];  // key i's dim d sits at panel_index(i, d): stride kPanel
     rotate(k_.as<float>() + size_t(t) * kvp_ + kvh * hd, key, 1, layers_[layer].k_norm);
-    store_kv(key,
-             cache_head(cache_k_, slots[t], layer, kvh) + panel_index(pos, 0, hdp_) * kv_bytes(),
-             kPanel);
-    store_kv(v_.as<float>() + size_t(t) * kvp_ + kvh * hd,
-             cache_head(cache_v_, slots[t], layer, kvh) + size_t(pos) * hdp_ * kv_bytes(), 1);
+    for (int slot : {slots[t], also ? also[t] : -1}) {
+      if (slot < 0) continue;
+      store_kv(key,
+               cache_head(cache_k_, slot, layer, kvh) + panel_index(pos, 0, hdp_) * kv_bytes(),
+               kPanel);
+      store_kv(v_.as<float>() + size_t(t) * kvp_ + kvh * hd,
+               cache_head(cache_v_, slot, layer, kvh) + size_t(pos) * hdp_ * kv_bytes(), 1);
+    }
   }
 }
 
@@ -596,15 +599,38 @@ void Model::attention(int l, const int32_t* slots, const int32_t* positions, int
 }
 
 void Model::step(const int32_t* tokens, const int32_t* slots, const int32_t* positions, int T,
-                 const int32_t* out_rows, int R, int32_t* argmax) {
+                 const int32_t* out_rows, int R, int32_t* argmax, const int32_t* also) {
   std::lock_guard<std::mutex> lock(mu_);
   check_complete_locked();
   step_locked(tokens, slots, positions, T, out_rows, R, argmax,
-              cfg_.tied_embeddings ? embed_ : lm_head_, nullptr);
+              cfg_.tied_embeddings ? embed_ : lm_head_, nullptr, nullptr, nullptr, also);
+}
+
+void Model::copy_cache(int src, int dst, int start, int n) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const size_t e = kv_bytes();
+  for (int l = 0; l < cfg_.n_layer; l++)
+    for (int h = 0; h < cfg_.n_kv_head; h++) {
+      // V: [pos][hdp] rows, one run
+      std::memcpy(cache_head(cache_v_, dst, l, h) + size_t(start) * hdp_ * e,
+                  cache_head(cache_v_, src, l, h) + size_t(start) * hdp_ * e,
+                  size_t(n) * hdp_ * e);
+      // K: panels of kPanel positions, [hdp][kPanel] each: per panel and dim, a run of positions
+      const char* from = cache_head(cache_k_, src, l, h);
+      char* to = cache_head(cache_k_, dst, l, h);
+      for (int p = start; p < start + n;) {
+        const int run = std::min(start + n, (p / kPanel + 1) * kPanel) - p;
+        for (int d = 0; d < hdp_; d++) {
+          const size_t at = panel_index(p, d, hdp_) * e;
+          std::memcpy(to + at, from + at, size_t(run) * e);
+        }
+        p += run;
+      }
+    }
 }
 
 int Model::propose(const int32_t* tokens, int T, int slot, int start, int k, bool subset,
-                   float min_prob, int32_t* out) {
+                   float min_prob, int32_t* out, float* probs, int32_t* second) {
   std::lock_guard<std::mutex> lock(mu_);
   check_complete_locked();
   if (subset && subset_head_.n == 0) throw std::runtime_error("no head subset was set");
@@ -614,15 +640,18 @@ int Model::propose(const int32_t* tokens, int T, int slot, int start, int k, boo
   for (int t = 0; t < T; t++) positions[t] = start + t;
   const int32_t last = T - 1;
   float p = 1.f, kept = 1.f;  // the latest token's probability; the product of all of them
-  float* prob = min_prob > 0.f ? &p : nullptr;
-  step_locked(tokens, slots.data(), positions.data(), T, &last, 1, out, head, ids, prob);
+  float* prob = min_prob > 0.f || probs ? &p : nullptr;
+  step_locked(tokens, slots.data(), positions.data(), T, &last, 1, out, head, ids, prob, second);
   int n = 1;
   for (; n < k; n++) {
+    if (probs) probs[n - 1] = p;
     kept *= p;
     if (kept < min_prob) break;
     const int32_t zero = 0, pos = start + T + n - 1;
-    step_locked(out + n - 1, &slot, &pos, 1, &zero, 1, out + n, head, ids, prob);
+    step_locked(out + n - 1, &slot, &pos, 1, &zero, 1, out + n, head, ids, prob,
+                second ? second + n : nullptr);
   }
+  if (probs) probs[n - 1] = p;
   return n;
 }
 
@@ -648,7 +677,8 @@ void Model::set_head_subset(const int32_t* ids, int n) {
 
 void Model::step_locked(const int32_t* tokens, const int32_t* slots, const int32_t* positions,
                         int T, const int32_t* out_rows, int R, int32_t* argmax, const Matrix& head,
-                        const int32_t* head_ids, float* top_prob) {
+                        const int32_t* head_ids, float* top_prob, int32_t* second,
+                        const int32_t* also) {
   const Config& c = cfg_;
   const int group = c.n_head / c.n_kv_head;
   float* x = x_.as<float>();
@@ -686,7 +716,7 @@ void Model::step_locked(const int32_t* tokens, const int32_t* slots, const int32
       matmul_part(L.wk, xn, T, ep_, k_.as<float>(), kvp_, false, tid);
       matmul_part(L.wv, xn, T, ep_, v_.as<float>(), kvp_, false, tid);
       pool_.barrier();
-      rope_and_cache(l, slots, positions, T, tid);
+      rope_and_cache(l, slots, also, positions, T, tid);
       pool_.barrier();
 
       attention(l, slots, positions, blocks, tid);
@@ -733,6 +763,12 @@ void Model::step_locked(const int32_t* tokens, const int32_t* slots, const int32
       for (int i = 1; i < head.n; i++)
         if (lr[i] > lr[best]) best = i;
       argmax[r] = head_ids ? head_ids[best] : best;
+      if (second && head.n > 1) {  // the largest logit but best's, the lowest id among equals
+        int next = best == 0 ? 1 : 0;
+        for (int i = next + 1; i < head.n; i++)
+          if (i != best && lr[i] > lr[next]) next = i;
+        second[r] = head_ids ? head_ids[next] : next;
+      }
       if (top_prob) {  // exp(0) / the sum of exp(logit - max)
         float mx;
         double sum;

@@ -90,8 +90,16 @@ class Model {
   // serialised (one mutex): calls from several threads never share the scratch; the logits a step
   // leaves are valid until the next step, so a caller that reads them must hold its own lock across
   // the step and the read.
+  // also (null: none): [T], -1 or a slot into whose cache token t's K and V also go, at the same
+  // position: a branch of a speculation tree (another slot) reads the rows it shares with the
+  // main chain as its own, without running them twice. No two rows may write the same slot and
+  // position (the caller's contract; the bindings check it).
   void step(const int32_t* tokens, const int32_t* slots, const int32_t* positions, int T,
-            const int32_t* out_rows, int R, int32_t* argmax);
+            const int32_t* out_rows, int R, int32_t* argmax, const int32_t* also = nullptr);
+  // Copies the K and V of positions [start, start + n) of every layer from slot src's cache to
+  // dst's: the bits a step would have written there (a branch slot catching up with its chain, or
+  // an accepted branch's rows going back to the chain's slot).
+  void copy_cache(int src, int dst, int start, int n);
 
   // A greedy proposal of up to k tokens for one slot in one call (a draft's proposal, without k
   // round trips through the caller): a step over the T tokens at positions start.., the argmax of
@@ -102,8 +110,11 @@ class Model {
   // min_prob: the draft's own estimate that all its tokens so far are kept, which is what a
   // further token's worth is multiplied by. Leaves the K/V of the T tokens and of every proposed
   // token but the last in the cache, as the steps would. out: [k]; returns how many it proposed.
+  // probs, second (null: not wanted): [k] each proposed token's softmax probability and the
+  // runner-up token at its position (the second-largest logit, the lowest id among equals), for a
+  // speculation tree's branch where the draft is least sure.
   int propose(const int32_t* tokens, int T, int slot, int start, int k, bool subset, float min_prob,
-              int32_t* out);
+              int32_t* out, float* probs = nullptr, int32_t* second = nullptr);
   // The rows of the head a subset proposal reads: ids [n] of the vocabulary (distinct), copied bit
   // for bit from the loaded head, so that each of their logits is the full head's.
   void set_head_subset(const int32_t* ids, int n);
@@ -130,7 +141,8 @@ class Model {
   // as threads: only this thread's share of the rows, as for_pieces deals them).
   void add_residual(const Matrix& m, const float* in, int ldin, const Buffer& post_norm, int T,
                     int tid);
-  void rope_and_cache(int layer, const int32_t* slots, const int32_t* positions, int T, int tid);
+  void rope_and_cache(int layer, const int32_t* slots, const int32_t* also,
+                      const int32_t* positions, int T, int tid);
   // This thread's part of the attention of layer l (query heads in qh_, keys and values in the
   // cache) into att_.
   void attention(int l, const int32_t* slots, const int32_t* positions, int blocks, int tid);
@@ -150,10 +162,12 @@ class Model {
   void check_complete_locked();
   // step's work, with mu_ held: the head's rows give the logits, and head_ids (null: row i is token
   // i) the token of each row; top_prob (null: not computed) [R] the softmax probability of each
-  // row's argmax over the head's rows
+  // row's argmax over the head's rows; second (null: not computed) [R] each row's runner-up token;
+  // also: as step's
   void step_locked(const int32_t* tokens, const int32_t* slots, const int32_t* positions, int T,
                    const int32_t* out_rows, int R, int32_t* argmax, const Matrix& head,
-                   const int32_t* head_ids, float* top_prob = nullptr);
+                   const int32_t* head_ids, float* top_prob = nullptr, int32_t* second = nullptr,
+                   const int32_t* also = nullptr);
   // The matrix `name` names and its shape [*want_n, *want_k] (nullptr for no such name).
   Matrix* find_matrix(const std::string& name, int* want_n, int* want_k);
   // The matrix `name` names, after checking that [n, k] is its shape (throws otherwise).
