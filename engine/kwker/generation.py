@@ -227,6 +227,7 @@ class StepDecoder:
         costs: StepCosts | None = None,
         logprobs: int | None = None,
         corpus: SuffixCache | None = None,
+        tree: bool = False,
     ) -> SequenceState:
         """A validated sequence to generate (raises ValueError/TypeError on bad options). costs:
         what earlier sequences measured, shared with this one's speculation (see StepCosts);
@@ -269,6 +270,7 @@ class StepDecoder:
             DraftProposer(draft) if draft is not None else None,
             lookup_max=max(lookup, 1),
             costs=costs,
+            tree=bool(tree),
         )
         return SequenceState(prompt, max_new_tokens, sampler, spec, tokenizer, logprobs)
 

@@ -166,6 +166,18 @@ class Runner:
             self._in_use.add(slot)
             return slot
 
+    def lend(self, prefer: int | None = None) -> int | None:
+        """A free slot for one step's branch (see Feed), its record kept (a branch first takes
+        its parent's): `prefer` if free, else the free slot that holds the fewest tokens (the
+        least cache lost); None if none is free. Give it back with release."""
+        with self.lock:
+            free = [s for s in range(self.n_slots) if s not in self._in_use]
+            if not free:
+                return None
+            slot = prefer if prefer in free else min(free, key=lambda s: len(self._records[s]))
+            self._in_use.add(slot)
+            return slot
+
     def release(self, slot: int) -> None:
         """Gives the slot back; its record stays, for a later text that shares its prefix."""
         with self.lock:
@@ -351,7 +363,9 @@ class Runner:
                 f"{start} + {len(tokens)} + {k - 1} tokens exceed max_cache_len {self.max_cache_len}"
             )
         with self.lock:
-            got = propose(np.asarray(tokens, np.int32), slot, start, k, subset, min_prob, alternatives)
+            got = propose(
+                np.asarray(tokens, np.int32), slot, start, k, subset, min_prob, alternatives
+            )
             got = [a.tolist() for a in got] if alternatives else got.tolist()
             out = got[0] if alternatives else got
             self._records[slot].extend(tokens)

@@ -50,6 +50,9 @@ class Scheduler:
         self.runner = runner
         self.prefill_chunk = min(prefill_chunk, runner.max_step_tokens)
         self.active: list[SequenceState] = []
+        # sequences waiting for a slot (run's queue; a server's own): a free slot is theirs, not
+        # a branch's
+        self.waiting: int = 0
 
     @property
     def has_room(self) -> bool:
@@ -101,6 +104,7 @@ class Scheduler:
                 # with nothing active, admitting without room raises: the slots are held elsewhere
                 while waiting and (self.has_room or not self.active):
                     self.admit(waiting.popleft())
+                self.waiting = len(waiting)
                 for seq, _ in self.step():
                     if seq.error is not None:  # a batch call fails as a whole
                         raise seq.error
@@ -117,25 +121,53 @@ class Scheduler:
                 seq.fail(e)
                 out.append((seq, []))
                 continue
-            plans.append((seq, Feed(seq.slot, start, tokens, rows)))
+            feeds = [Feed(seq.slot, start, tokens, rows)]
+            branch = self._branch(seq)
+            if branch is not None:
+                feeds.append(branch)
+            plans.append((seq, feeds))
         group, tokens, rows = [], 0, 0
-        for seq, feed in plans:
-            if group and (
-                tokens + len(feed.tokens) > self.runner.max_step_tokens
-                or rows + feed.n_rows > self.runner.max_out_rows
-            ):
+        try:
+            for seq, feeds in plans:
+                size = sum(len(f.tokens) for f in feeds)
+                n_rows = sum(f.n_rows for f in feeds)
+                if group and (
+                    tokens + size > self.runner.max_step_tokens
+                    or rows + n_rows > self.runner.max_out_rows
+                ):
+                    out.extend(self._run_group(group))
+                    group, tokens, rows = [], 0, 0
+                group.append((seq, feeds))
+                tokens, rows = tokens + size, rows + n_rows
+            if group:
                 out.extend(self._run_group(group))
-                group, tokens, rows = [], 0, 0
-            group.append((seq, feed))
-            tokens, rows = tokens + len(feed.tokens), rows + feed.n_rows
-        if group:
-            out.extend(self._run_group(group))
+        finally:
+            for _, feeds in plans:  # the lent slots go back, their records kept
+                for f in feeds[1:]:
+                    self.runner.release(f.slot)
         return out
+
+    def _branch(self, seq: SequenceState) -> Feed | None:
+        """The feed of the sequence's planned branch, in a slot lent for this step (the one its
+        last branch ran in, if free: its cache then mostly holds the text already), or None where
+        no branch is planned or no slot is free (a free slot goes to a waiting sequence first)."""
+        if seq._branch is None or not self.runner.branches or self.waiting:
+            return None
+        slot = self.runner.lend(seq.branch_slot)
+        if slot is None:
+            return None
+        seq.branch_slot = slot
+        feed = seq.branch_feed(slot)
+        total = feed.start + len(feed.tokens)
+        if total > self.runner.max_cache_len:
+            self.runner.release(slot)
+            return None
+        return feed
 
     def _run_group(self, group):
         """One native step for the group's feeds: verify; then each sequence accepts and rolls
         back."""
-        need_logits = any(seq.wants_logits and feed.n_rows for seq, feed in group)
+        need_logits = any(seq.wants_logits and feeds[0].n_rows for seq, feeds in group)
         results = []
         # The logits are a view of the step's buffer, valid until the next step: absorb reads them
         # in place, under the lock (a copy of a wide verify step's rows would be charged to its
@@ -143,23 +175,33 @@ class Scheduler:
         with self.runner.lock:
             t0 = time.perf_counter()
             try:
-                outputs = self.runner.extend([feed for _, feed in group], logits=need_logits)
+                outputs = self.runner.extend(
+                    [f for _, feeds in group for f in feeds], logits=need_logits
+                )
             except Exception as e:  # noqa: BLE001  (see step: the failure is one feed's)
                 if len(group) > 1:
                     return [r for one in group for r in self._run_group([one])]
                 group[0][0].fail(e)
                 return [(group[0][0], [])]
             seconds = time.perf_counter() - t0
-            for (seq, feed), rows in zip(group, outputs, strict=True):
+            at = 0
+            for seq, feeds in group:
+                feed, rows = feeds[0], outputs[at]
+                branch = outputs[at + 1] if len(feeds) > 1 else None
+                at += len(feeds)
                 try:
-                    chunks = seq.absorb(len(feed.tokens), rows.argmax, rows.logits, seconds)
+                    chunks = seq.absorb(len(feed.tokens), rows.argmax, rows.logits, seconds, branch)
                 except Exception as e:  # noqa: BLE001  (its sampler or detokenizer failed)
                     # its slot's records stay true (they hold only what the step computed), so
                     # no rollback: the slot's cache is as reusable as any other
                     seq.fail(e)
                     results.append((seq, []))
                     continue
-                rejected = feed.start + len(feed.tokens) - seq.cached_len
+                if seq.took_branch is not None:  # the branch's rows replace the chain's tail
+                    position, n = seq.took_branch
+                    self.runner.trim(seq.slot, self.runner.cached_len(seq.slot) - position)
+                    self.runner.copy(feeds[1].slot, seq.slot, position, n)
+                rejected = self.runner.cached_len(seq.slot) - seq.cached_len
                 self.runner.trim(seq.slot, rejected)  # rollback
                 results.append((seq, chunks))
         return results

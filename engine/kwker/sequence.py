@@ -11,6 +11,7 @@ import time
 import numpy as np
 
 from kwker import _native
+from kwker.runner import Feed, Rows
 from kwker.sampling import CLOSE, Sampler
 from kwker.speculative import Speculator, accept
 from kwker.streaming import GenerationChunk, GenerationStats, StreamingDetokenizer
@@ -44,6 +45,11 @@ class SequenceState:
         self.error: BaseException | None = None  # why it failed (finish_reason "error")
         self._source: str | None = None
         self._cands: list[int] = []
+        # the tree's branch of this step, if planned (i, tokens: see Speculator.branch), and where
+        # the branch won: (position, rows) of its rows the chain's slot takes back (see took_branch)
+        self._branch: tuple[int, list[int]] | None = None
+        self.took_branch: tuple[int, int] | None = None
+        self.branch_slot: int | None = None  # the slot its latest branch ran in (to reuse)
         self._draft_s = 0.0
         self._planned_at = 0.0  # when the current decode step's plan began (its time: see absorb)
         # when prefill gave the first new token (perf_counter): decoding's wall-clock starts there
@@ -85,12 +91,20 @@ class SequenceState:
         self._source, self._cands = self.spec.propose(
             self.tokens, self.max_new_tokens - self.stats.new_tokens - 1
         )
+        self._branch = self.spec.branch
         self._draft_s = self.spec.draft_s - draft_s
         return (
             [self.tokens[-1]] + self._cands,
             len(self.tokens) - 1,
             "all" if self._cands else "last",
         )
+
+    def branch_feed(self, slot: int) -> Feed | None:
+        """The feed of this step's branch in `slot` (a free slot the scheduler lends), if planned."""
+        if self._branch is None:
+            return None
+        i, tokens = self._branch
+        return Feed(slot, len(self.tokens) + i, tokens, "all", branch_of=self.slot)
 
     def _pick(self, row: int, argmax, logits, new: list[int]) -> int:
         """The token for `row`, after the tokens so far and `new` (this step's picks before it)."""
@@ -100,10 +114,10 @@ class SequenceState:
         return self.sampler.choose(logits[row], self.tokens + new, u)
 
     def absorb(
-        self, n_fed: int, argmax: list[int], logits, seconds: float
+        self, n_fed: int, argmax: list[int], logits, seconds: float, branch: Rows | None = None
     ) -> list[GenerationChunk]:
-        """Takes the step's rows for this sequence (as plan asked) and returns the chunks of the tokens it
-        verified."""
+        """Takes the step's rows for this sequence (as plan asked; branch: its branch feed's rows,
+        if it ran) and returns the chunks of the tokens it verified."""
         if self.in_prefill:
             self.prefilled += n_fed
             self.stats.prefill_s += seconds
@@ -111,48 +125,68 @@ class SequenceState:
                 return []
             self.first_token_at = time.perf_counter()
             first = [self._pick(-1, argmax, logits, [])]
-            return self._emit(first, 0, self._logprobs(logits, [-1], first))
+            row = None if logits is None else logits[-1]
+            return self._emit(first, 0, self._logprobs([row], first))
         cands = self._cands
-        new = self._verify(argmax, logits)
+        new, rows = self._verify(argmax, logits, branch)
         accepted = accept(cands, new)
+        kept = len(new) - 1 if len(new) > accepted + 1 else accepted  # proposals among new
+        proposed = len(cands) + (len(self._branch[1]) if branch is not None else 0)
         if self._source:
-            self.stats.proposed[self._source] = self.stats.proposed.get(self._source, 0) + len(
-                cands
-            )
-            self.stats.accepted[self._source] = self.stats.accepted.get(self._source, 0) + accepted
-        self.spec.feedback(self._source, len(cands), accepted, n_fed, seconds, new[0])
+            self.stats.proposed[self._source] = self.stats.proposed.get(self._source, 0) + proposed
+            self.stats.accepted[self._source] = self.stats.accepted.get(self._source, 0) + kept
+        fed = n_fed + (len(self._branch[1]) if branch is not None else 0)
+        self.stats.branches += branch is not None
+        self.stats.branches_taken += self.took_branch is not None
+        self.spec.feedback(self._source, len(cands), accepted, fed, seconds, new[0])
         self.stats.steps += 1
         self.stats.draft_s += self._draft_s
-        chunks = self._emit(new, accepted, self._logprobs(logits, range(len(new)), new))
+        chunks = self._emit(new, kept, self._logprobs(rows, new))
         now = time.perf_counter()
         self.stats.decode_s = now - self.first_token_at
-        self.stats.add_step(self._source, n_fed, now - self._planned_at)
+        self.stats.add_step(self._source, fed, now - self._planned_at)
         return chunks
 
-    def _verify(self, argmax, logits) -> list[int]:
+    def _verify(self, argmax, logits, branch: Rows | None):
         """The target's own tokens, row by row, as far as they agree with the proposals: the first
         one that differs (or ends the text) is the last. Rows past it are not picked, so a sampled
-        row draws its number only when its token is emitted."""
+        row draws its number only when its token is emitted. Where the chain fails exactly where
+        the branch starts and the target's token is the branch's first, the branch's rows go on.
+        Returns the tokens and, per token, the logits it was picked from (for logprobs)."""
         new: list[int] = []
-        cands = self._cands
-        for row in range(len(cands) + 1):
-            new.append(self._pick(row, argmax, logits, new))
-            if (
-                row == len(cands)
-                or new[-1] != cands[row]
-                or new[-1] in self.eos
-                or self.stats.new_tokens + len(new) >= self.max_new_tokens
-            ):
-                break
-        return new
+        rows: list = []  # per new token: its row of logits (None without logits)
+        self.took_branch = None
 
-    def _logprobs(self, logits, rows, tokens) -> list:
+        def run(cands, argmax, logits) -> bool:
+            """Picks along one path's rows; whether every candidate was kept."""
+            for row in range(len(cands) + 1):
+                new.append(self._pick(row, argmax, logits, new))
+                rows.append(None if logits is None else logits[row])
+                if new[-1] in self.eos or self.stats.new_tokens + len(new) >= self.max_new_tokens:
+                    return False
+                if row == len(cands) or new[-1] != cands[row]:
+                    return row == len(cands)
+            return True
+
+        run(self._cands, argmax, logits)
+        if branch is not None:
+            i, tokens = self._branch
+            if len(new) == i + 1 and self.stats.new_tokens + len(new) < self.max_new_tokens:
+                self.spec.branch_feedback(new[-1] == tokens[0])
+                if new[-1] == tokens[0] and new[-1] not in self.eos:
+                    start = len(new)  # the branch's first token is new[-1]: its rows go on
+                    run(tokens[1:], branch.argmax, branch.logits)
+                    # the chain's slot takes the branch's rows of every token it verified but
+                    # the last (which is not run): positions from its first token on
+                    self.took_branch = (len(self.tokens) + i, len(new) - start)
+        return new, rows
+
+    def _logprobs(self, rows: list, tokens) -> list:
         """(logprob, top_logprobs) for each token at its row of logits; Nones without logprobs."""
         if self.logprobs is None:
             return [(None, None)] * len(tokens)
         return [
-            token_logprobs(logits[row], tok, self.logprobs)
-            for row, tok in zip(rows, tokens, strict=True)
+            token_logprobs(row, tok, self.logprobs) for row, tok in zip(rows, tokens, strict=True)
         ]
 
     def _emit(self, new: list[int], accepted: int, logprobs: list) -> list[GenerationChunk]:

@@ -15,6 +15,7 @@ pay, or where its matches are being accepted).
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -176,6 +177,10 @@ class DraftProposer:
         # the text's first tokens left out of the draft's context (propose's window)
         self.offset = 0
         self.subset = False  # whether the latest proposal used the pruned head
+        # of the latest proposal, when asked for (alternatives): each token's probability and the
+        # runner-up token at its position, by the draft
+        self.probs: list[float] = []
+        self.second: list[int] = []
         self._in_subset = None  # (vocab,) bool: the pruned head's tokens, once it is set
         self._miss = 0.0  # moving average of how often the text's tokens are outside the subset
         self._seen = 0  # tokens of the text counted into _miss
@@ -222,12 +227,19 @@ class DraftProposer:
         return behind if window is None else min(behind, window)
 
     def propose(
-        self, tokens: list[int], k: int, window: int | None = None, min_prob: float = 0.0
+        self,
+        tokens: list[int],
+        k: int,
+        window: int | None = None,
+        min_prob: float = 0.0,
+        alternatives: bool = False,
     ) -> list[int]:
         """The draft's greedy proposal of up to k tokens after the text. window: catch up on at most
         that many tokens; a draft further behind restarts its context at the text's last `window`
         tokens (the draft then proposes from less of the text, until the next text). min_prob: stop
-        once the product of the proposed tokens' probabilities (the draft's own) is below it."""
+        once the product of the proposed tokens' probabilities (the draft's own) is below it.
+        alternatives: also set probs and second (for a tree's branch)."""
+        self.probs, self.second = [], []
         runner = self.draft.runner
         if window is not None and self.behind_on(tokens) > window:
             self.offset = len(tokens) - window
@@ -250,9 +262,13 @@ class DraftProposer:
                     self.catch_up_s = time.perf_counter() - t0
                     reuse = len(view) - 1
                 self.subset = self._pruned(tokens)
-                return runner.propose_greedy(
-                    slot, reuse, view[reuse:], k, subset=self.subset, min_prob=min_prob
+                got = runner.propose_greedy(
+                    slot, reuse, view[reuse:], k, self.subset, min_prob, alternatives
                 )
+                if not alternatives:
+                    return got
+                out, self.probs, self.second = got
+                return out
             finally:
                 runner.release(slot)
 
@@ -405,6 +421,15 @@ class Speculator:
     # without one, until the generation has REFERENCE_STEPS of them (a few tokens' worth of time).
     REFERENCE_STEPS = 4
     REFERENCE_GAP = 16
+    # A tree: beside a draft's chain, one branch that shares the chain's first i tokens and
+    # replaces the rest, verified in the same step in a second slot (runner.Feed.branch_of): the
+    # draft's runner-up at i, or lookup's continuation where it parts from the chain at i. Where
+    # the chain fails at i and the branch's token is the target's, the branch's rows go on from
+    # there. It is planned where the tokens it is expected to add (the draft's own probabilities
+    # say how likely the chain fails at i) beat the rows it adds to the step. RUNNER_UP: prior
+    # chance that the draft's runner-up is the target's token where its top token is not
+    # (perf-notes #27: 0.4-0.6 on the bench's texts).
+    RUNNER_UP = 0.4
 
     def __init__(
         self,
@@ -414,9 +439,16 @@ class Speculator:
         draft_max: int = 8,
         costs: StepCosts | None = None,
         clock=time.perf_counter,
+        tree: bool = False,
     ):
-        """clock: what times the draft's proposals (a test's simulated clock)."""
+        """clock: what times the draft's proposals (a test's simulated clock). tree: plan a branch
+        beside the draft's chain (see RUNNER_UP); the caller verifies it where it has a slot for it
+        (`branch` after each propose)."""
         self.lookup, self.draft = lookup, draft
+        self.tree = tree
+        self.branch: tuple[int, list[int]] | None = None  # (i, tokens): replaces the chain's [i:]
+        self.runner_up = self.RUNNER_UP  # learnt: see branch_feedback
+        self._branch_is_runner_up = False  # whether `branch` is the draft's runner-up
         self.limit = {"lookup": lookup_max, "draft": draft_max}
         self.accept = {
             "lookup": 0.5,
@@ -584,8 +616,10 @@ class Speculator:
             self.trace.append(dict(step=self._steps, **what))
 
     def propose(self, tokens: list[int], room: int) -> tuple[str | None, list[int]]:
-        """(source, tokens) to verify after the text; room = how many may be proposed at most."""
+        """(source, tokens) to verify after the text; room = how many may be proposed at most.
+        With tree, `branch` is then the branch to verify beside them, if one pays."""
         self._shadow = None
+        self.branch = None
         if room <= 0:
             return None, []
         if (
@@ -598,6 +632,7 @@ class Speculator:
         found: list[int] = []  # lookup's proposal, if it pays
         found_accept = self.accept["lookup"]
         self._bucket = None
+        cont: list[int] = []  # lookup's continuation, if it found one
         if self.lookup is not None:
             where = self.lookup.find(tokens, min(room, self.limit["lookup"] * self.LONG_LOOKUP))
             if where is not None:
@@ -645,16 +680,53 @@ class Speculator:
                     ]  # lookup keeps learning whether it would have been right
                 t0 = self.clock()
                 window = self.PROBE_WINDOW if self._probing else None
-                cands = self.draft.propose(tokens, k, window, self._stop_below(k))
+                cands = self.draft.propose(tokens, k, window, self._stop_below(k), self.tree)
                 spent = self.clock() - t0
                 self.draft_s += spent
                 self._spent_drafting = spent / self.costs.step1_s
                 if cands:
                     self._learn_draft_cost(len(cands), spent)
+                    if self.tree and self.draft.probs:
+                        self.branch = self._plan_branch(cands, room, cont, found_accept)
                     return "draft", cands
         if found:
             return "lookup", found
         return None, []
+
+    def _plan_branch(
+        self, cands: list[int], room: int, cont: list[int], cont_accept: float
+    ) -> tuple[int, list[int]] | None:
+        """The branch beside the draft's chain `cands` that adds the most tokens per unit of time,
+        None if none adds more than it costs. The draft's probabilities (well calibrated: perf-notes
+        #26) give the chance that the chain fails exactly at i; the runner-up is then right
+        runner_up of the time, lookup's tokens as its record after a match of that length says."""
+        probs, second = self.draft.probs, self.draft.second
+        n = len(cands)
+        expected = 1.0 + sum(math.prod(probs[: i + 1]) for i in range(n))  # the chain's tokens
+        cost = self._cost(n + 1) + (self._draft_call(n) or 0.0)
+        best, plan = expected / cost, None
+        for i in range(n):
+            fails_here = math.prod(probs[:i]) * (1.0 - probs[i])
+            options = [([second[i]], self.runner_up, True)]
+            if len(cont) > i and cont[:i] == cands[:i] and cont[i] != cands[i]:
+                options.append((cont[i : i + self.limit["lookup"]], cont_accept, False))
+            for tokens, right, runner_up in options:
+                tokens = tokens[: max(0, room - i)]
+                if not tokens:
+                    continue
+                gain = fails_here * sum(right**j for j in range(1, len(tokens) + 1))
+                rows = self._cost(n + 1 + len(tokens)) - self._cost(n + 1)
+                ratio = (expected + gain) / (cost + rows)
+                if ratio > best:
+                    best, plan = ratio, (i, tokens)
+                    self._branch_is_runner_up = runner_up
+        return plan
+
+    def branch_feedback(self, right: bool) -> None:
+        """The chain failed where the branch starts: whether the branch's token was the target's
+        (learnt for the draft's runner-up; lookup's tokens keep their own record)."""
+        if self._branch_is_runner_up:
+            self.runner_up = _ema(self.runner_up, float(right), weight=0.1)
 
     def _learn_draft_cost(self, k: int, spent: float) -> None:
         """A k-token proposal took `spent` seconds: of them the draft's catch-up took catch_up_s (a

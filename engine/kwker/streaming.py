@@ -21,6 +21,10 @@ class GenerationStats:
     draft_s: float = 0.0  # of decode_s, the time the draft model took
     proposed: dict[str, int] = field(default_factory=dict)  # speculation source -> tokens proposed
     accepted: dict[str, int] = field(default_factory=dict)  # speculation source -> tokens accepted
+    # a speculation tree's branches: steps that verified one, and steps whose text went on along
+    # it (the chain failed where it starts and its token was the target's)
+    branches: int = 0
+    branches_taken: int = 0
     # Each decode step's own time, from its plan (proposing, drafting) to the end of its absorb
     # (verifying, emitting), without what the consumer does between chunks; keyed by how the step
     # was fed: (PLAIN, 1) for a 1-token step, (source, 1 + proposed) for a speculative one.

@@ -36,7 +36,7 @@ class FakeDraft:
     def behind_on(self, tokens, window=None):
         return self.behind if window is None else min(self.behind, window)
 
-    def propose(self, tokens, k, window=None, min_prob=0.0):
+    def propose(self, tokens, k, window=None, min_prob=0.0, alternatives=False):
         return [self.token] * k
 
 
@@ -347,7 +347,7 @@ class SimulatedDraft(FakeDraft):
         behind = len(tokens) - self.seen
         return behind if window is None else min(behind, window)
 
-    def propose(self, tokens, k, window=None, min_prob=0.0):
+    def propose(self, tokens, k, window=None, min_prob=0.0, alternatives=False):
         self.behind = self.behind_on(tokens, window)
         self.catch_up_s = self.catch_up * max(0, self.behind - 2) * self.step1_s
         self.clock.t += self.call(k) * self.step1_s + self.catch_up_s
@@ -474,7 +474,7 @@ class ConfidentDraft(SimulatedDraft):
     it with that chance. It stops as Model.propose does, once the product of its tokens'
     probabilities is below min_prob."""
 
-    def propose(self, tokens, k, window=None, min_prob=0.0):
+    def propose(self, tokens, k, window=None, min_prob=0.0, alternatives=False):
         self.probs, kept = [], 1.0
         while len(self.probs) < k and kept >= min_prob:
             self.probs.append(0.99 if self.rng.random() < 5 / 6 else 0.3)
@@ -652,3 +652,80 @@ def test_a_drafts_acceptance_carries_over_to_the_next_sequence():
     second = Speculator(None, draft, costs=costs)
     assert second.accept["draft"] == first.accept["draft"] > 0.9
     assert second.propose([1, 2, 3], room=8)[0] == "draft"  # at once, not after a probe's wait
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", [None, 0, 1])
+def test_real_model_same_text_with_a_tree(smollm2, seed, monkeypatch):
+    """A speculation tree (a branch beside the draft's chain, in a second slot) on the real SmolLM2
+    and its 8-layer draft: greedy and seeded sampling give plain decoding's tokens, branches ran,
+    and the text went on along some of them. Where the costs plan no branch, the draft's runner-up
+    at its least sure token is verified anyway, and the draft proposes 4 tokens at every step
+    (whether either pays depends on this machine's timings, the tokens must not)."""
+    import copy
+
+    planned, best_k = Speculator._plan_branch, Speculator._best_k
+
+    def draft_always(self, source, room, accept=None, long=False):
+        return min(4, room) if source == "draft" else best_k(self, source, room, accept, long)
+
+    def always(self, cands, room, cont, cont_accept):
+        plan = planned(self, cands, room, cont, cont_accept)
+        if plan is None and room > 0:
+            i = min(range(len(cands)), key=lambda j: self.draft.probs[j])
+            plan, self._branch_is_runner_up = (i, [self.draft.second[i]]), True
+        return plan
+
+    monkeypatch.setattr(Speculator, "_plan_branch", always)
+    monkeypatch.setattr(Speculator, "_best_k", draft_always)
+
+    model, tokenizer = smollm2
+    small = copy.deepcopy(model)
+    small.model.layers = small.model.layers[:8]
+    small.config.num_hidden_layers = 8
+    dec = KwkDecoder(model, 512, precision="int4", tokenizer=tokenizer, max_batch=2)
+    draft = KwkDecoder(small, 512, precision="int4", tokenizer=tokenizer)
+    text = "Tell me a short story about a dragon who learns to cook."
+    ids = tokenizer.apply_chat_template(
+        [{"role": "user", "content": text}], add_generation_prompt=True
+    )
+    ids = list(ids["input_ids"] if hasattr(ids, "keys") else ids)
+
+    def gen(**kw):
+        sampling = {}
+        if seed is not None:
+            sampling = dict(
+                do_sample=True, temperature=0.7, generator=torch.Generator().manual_seed(seed)
+            )
+        dec.reset()
+        out = dec.generate(torch.tensor([ids]), max_new_tokens=80, **sampling, **kw)
+        return out, dec.last_stats
+
+    plain, _ = gen(lookup=0)
+    branches = taken = 0
+    for lookup in (0, 8):
+        out, stats = gen(lookup=lookup, draft=draft, tree=True)
+        assert torch.equal(out, plain), lookup
+        branches, taken = branches + stats.branches, taken + stats.branches_taken
+    assert branches >= 5 and taken > 0, (branches, taken)
+
+    # in a batch of two on three slots: one lent slot a step, each text as alone
+    other = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "Return this list sorted: pear, apple, fig, kiwi."}],
+        add_generation_prompt=True,
+    )
+    other = list(other["input_ids"] if hasattr(other, "keys") else other)
+    batch = KwkDecoder(model, 512, precision="int4", tokenizer=tokenizer, max_batch=3)
+
+    def sampling(*offsets):  # prompt i samples with the generator of seed + i, alone or not
+        if seed is None:
+            return {}
+        gens = [torch.Generator().manual_seed(seed + i) for i in offsets]
+        return dict(do_sample=True, temperature=0.7, generator=gens)
+
+    alone = [
+        batch.generate_batch([p], 60, lookup=0, **sampling(i))[0]
+        for i, p in enumerate([ids, other])
+    ]
+    together = batch.generate_batch([ids, other], 60, draft=draft, tree=True, **sampling(0, 1))
+    assert all(torch.equal(a, b) for a, b in zip(alone, together, strict=True))

@@ -34,8 +34,11 @@ def alone(dec, text, rows):
 def test_a_branch_row_gives_the_logits_of_its_text_alone(isa, precision, monkeypatch):
     monkeypatch.setenv("KWKER_ISA", isa)
     dec = KwkDecoder(
-        tiny_llama(hidden=96, heads=3, kv_heads=1, inter=128), 64, precision=precision,
-        threads=2, max_batch=3,
+        tiny_llama(hidden=96, heads=3, kv_heads=1, inter=128),
+        64,
+        precision=precision,
+        threads=2,
+        max_batch=3,
     )
     runner = dec.runner
     prefix, chain, branch = TEXT[:30], TEXT[30:36], [7, 8, 9]

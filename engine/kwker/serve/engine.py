@@ -206,6 +206,7 @@ class ServingEngine:
                         self._end(req, e)
                         continue
                     self._active[id(req.seq)] = req
+                scheduler.waiting = len(self._waiting)
             # a request cancelled during the last step leaves before the next one
             for req in [r for r in self._active.values() if r.cancelled]:
                 req.seq.cancel()

@@ -7,9 +7,9 @@
 #include <cmath>
 #include <memory>
 #include <set>
-#include <utility>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 #include "../formats/ggml.h"
 #include "../model/model.h"
@@ -245,7 +245,7 @@ py::object propose(Model& m, py::object tokens_arg, int slot, int start, int k, 
   if (!(min_prob >= 0.f && min_prob <= 1.f))
     throw std::invalid_argument("min_prob must be in [0, 1], got " + std::to_string(min_prob));
   std::vector<int32_t> out(k), second(alternatives ? k : 0);  // [k]
-  std::vector<float> probs(alternatives ? k : 0);                // [k]
+  std::vector<float> probs(alternatives ? k : 0);             // [k]
   int n;
   {
     py::gil_scoped_release release;

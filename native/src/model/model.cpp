@@ -450,8 +450,7 @@ void Model::rope_and_cache(int layer, const int32_t* slots, const int32_t* also,
     rotate(k_.as<float>() + size_t(t) * kvp_ + kvh * hd, key, 1, layers_[layer].k_norm);
     for (int slot : {slots[t], also ? also[t] : -1}) {
       if (slot < 0) continue;
-      store_kv(key,
-               cache_head(cache_k_, slot, layer, kvh) + panel_index(pos, 0, hdp_) * kv_bytes(),
+      store_kv(key, cache_head(cache_k_, slot, layer, kvh) + panel_index(pos, 0, hdp_) * kv_bytes(),
                kPanel);
       store_kv(v_.as<float>() + size_t(t) * kvp_ + kvh * hd,
                cache_head(cache_v_, slot, layer, kvh) + size_t(pos) * hdp_ * kv_bytes(), 1);
@@ -613,8 +612,7 @@ void Model::copy_cache(int src, int dst, int start, int n) {
     for (int h = 0; h < cfg_.n_kv_head; h++) {
       // V: [pos][hdp] rows, one run
       std::memcpy(cache_head(cache_v_, dst, l, h) + size_t(start) * hdp_ * e,
-                  cache_head(cache_v_, src, l, h) + size_t(start) * hdp_ * e,
-                  size_t(n) * hdp_ * e);
+                  cache_head(cache_v_, src, l, h) + size_t(start) * hdp_ * e, size_t(n) * hdp_ * e);
       // K: panels of kPanel positions, [hdp][kPanel] each: per panel and dim, a run of positions
       const char* from = cache_head(cache_k_, src, l, h);
       char* to = cache_head(cache_k_, dst, l, h);
