@@ -123,7 +123,10 @@ class SequenceState:
             self.stats.prefill_s += seconds
             if self.in_prefill:
                 return []
+            t0 = time.perf_counter()
+            self.spec.start(self.prompt)  # a draft reads the prompt: prefill's time, too
             self.first_token_at = time.perf_counter()
+            self.stats.prefill_s += self.first_token_at - t0
             first = [self._pick(-1, argmax, logits, [])]
             row = None if logits is None else logits[-1]
             return self._emit(first, 0, self._logprobs([row], first))

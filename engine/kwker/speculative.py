@@ -220,6 +220,27 @@ class DraftProposer:
             self._seen = len(tokens)
         return self._miss <= self.MISS_RATE
 
+    def read(self, tokens: list[int]) -> None:
+        """The draft reads the text (a new sequence's prompt, all but its last token, which its
+        first proposal feeds) in a prefill of its own, so that its first proposal, a probe included,
+        costs what any proposal does: a new text's first probe had to catch up on the whole prompt
+        (or restart the draft's context at its last PROBE_WINDOW tokens, losing the text a rewrite
+        copies), which made it too dear to go, and the draft never proposed on that text."""
+        runner = self.draft.runner
+        view = tokens[: min(len(tokens), runner.max_cache_len) - 1]
+        if not view:
+            return
+        with runner.hold():
+            slot = runner.acquire(0)
+            try:
+                reuse = runner.reusable_prefix(slot, view + [0])  # +1: all of view may be reused
+                runner.trim(slot, runner.cached_len(slot) - reuse)
+                if reuse < len(view):
+                    runner.extend_slot(slot, reuse, view[reuse:], rows="none", logits=False)
+            finally:
+                runner.release(slot)
+        self.offset = 0
+
     def behind_on(self, tokens: list[int], window: int | None = None) -> int:
         """How many of the text's tokens a proposal would first catch up on (at most `window`)."""
         view = tokens[self.offset :]
@@ -692,6 +713,12 @@ class Speculator:
         if found:
             return "lookup", found
         return None, []
+
+    def start(self, tokens: list[int]) -> None:
+        """A new text's prompt is in the target's cache: the draft reads it too (DraftProposer.read),
+        as part of the prefill."""
+        if self.draft is not None:
+            self.draft.read(tokens)
 
     def _plan_branch(
         self, cands: list[int], room: int, cont: list[int], cont_accept: float
