@@ -331,6 +331,27 @@ def test_a_draft_far_behind_catches_up_in_a_prefill_of_its_own(smollm2_pair):
     assert apart == whole
 
 
+def test_a_draft_reads_a_new_texts_prompt_in_prefill(target, small, monkeypatch):
+    """A new text's prompt goes through the draft during prefill (Speculator.start): its first
+    proposal catches up on the prompt's last token only, not on the prompt (a catch-up that had made
+    a new text's first probe too dear to go), and the text is plain decoding's."""
+    behind = []
+    propose = DraftProposer.propose
+
+    def recording(self, tokens, k, *args, **kw):
+        behind.append(self.behind_on(tokens))
+        return propose(self, tokens, k, *args, **kw)
+
+    monkeypatch.setattr(DraftProposer, "propose", recording)
+    dec, draft = KwkDecoder(target, 256), KwkDecoder(small, 256)
+    prompt = list(range(300, 400))  # 100 tokens
+    plain = run(dec, prompt, lookup=0)
+    out = run(dec, prompt, lookup=0, draft=draft)
+    assert torch.equal(out, plain)
+    assert behind and behind[0] <= 2, behind  # the prompt's last token and the first new one
+    assert draft.runner.cached_len(0) >= len(prompt) - 1
+
+
 class SimulatedDraft(FakeDraft):
     """A draft on a simulated machine: a k-token proposal costs call(k) target steps of the clock's time,
     and `catch_up` steps for each token beyond the usual 1 or 2 that it first catches up on (the steps
