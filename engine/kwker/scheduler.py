@@ -122,7 +122,7 @@ class Scheduler:
                 out.append((seq, []))
                 continue
             feeds = [Feed(seq.slot, start, tokens, rows)]
-            branch = self._branch(seq)
+            branch = self._branch(seq, feeds[0])
             if branch is not None:
                 feeds.append(branch)
             plans.append((seq, feeds))
@@ -147,21 +147,26 @@ class Scheduler:
                     self.runner.release(f.slot)
         return out
 
-    def _branch(self, seq: SequenceState) -> Feed | None:
+    def _branch(self, seq: SequenceState, main: Feed) -> Feed | None:
         """The feed of the sequence's planned branch, in a slot lent for this step (the one its
         last branch ran in, if free: its cache then mostly holds the text already), or None where
-        no branch is planned or no slot is free (a free slot goes to a waiting sequence first)."""
-        if seq._branch is None or not self.runner.branches or self.waiting:
+        no branch is planned, no slot is free (a free slot goes to a waiting sequence first) or
+        the two feeds would not fit one step."""
+        if not seq.wants_branch or not self.runner.branches or self.waiting:
             return None
         slot = self.runner.lend(seq.branch_slot)
         if slot is None:
             return None
-        seq.branch_slot = slot
         feed = seq.branch_feed(slot)
-        total = feed.start + len(feed.tokens)
-        if total > self.runner.max_cache_len:
-            self.runner.release(slot)
+        r = self.runner
+        if (
+            feed.start + len(feed.tokens) > r.max_cache_len
+            or len(main.tokens) + len(feed.tokens) > r.max_step_tokens
+            or main.n_rows + feed.n_rows > r.max_out_rows
+        ):
+            r.release(slot)
             return None
+        seq.branch_slot = slot
         return feed
 
     def _run_group(self, group):

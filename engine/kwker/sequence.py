@@ -99,6 +99,11 @@ class SequenceState:
             "all" if self._cands else "last",
         )
 
+    @property
+    def wants_branch(self) -> bool:
+        """Whether this step's plan has a branch (see Speculator.branch)."""
+        return self._branch is not None
+
     def branch_feed(self, slot: int) -> Feed | None:
         """The feed of this step's branch in `slot` (a free slot the scheduler lends), if planned."""
         if self._branch is None:
