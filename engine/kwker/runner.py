@@ -195,12 +195,7 @@ class Runner:
         """How many leading tokens of `tokens` the slot's cache already holds, never all of them:
         the last token must still be run, for its logits."""
         self._check_slot(slot)
-        cached = self._records[slot]
-        limit = min(len(cached), len(tokens) - 1)
-        n = 0
-        while n < limit and cached[n] == tokens[n]:
-            n += 1
-        return n
+        return _common_prefix(self._records[slot], tokens[:-1])
 
     def trim(self, slot: int, n: int) -> int:
         """Forgets the slot's last n tokens (all of them if it holds fewer), as mlx-lm's cache trim:
@@ -241,10 +236,12 @@ class Runner:
         also: list[int] = []  # (T,): -1, or the branch slot that also takes the row's K/V
         spans = []  # each feed's rows: out_rows[a:b]
         fed: dict[int, int] = {}  # slot -> where its feed's rows start in ids
+        parents: dict[int, Feed] = {}  # a branch's slot -> its parent feed
         for feed in feeds:
             parent = self._check_branch(feed, feeds, fed) if feed.branch_of is not None else None
             self._check_feed(feed, set(fed), parent)
             if parent is not None:  # the parent's rows before the branch are the branch's too
+                parents[feed.slot] = parent
                 base = fed[parent.slot]
                 for i in range(feed.start - parent.start):
                     also[base + i] = feed.slot
@@ -265,21 +262,18 @@ class Runner:
                 f"a step takes at most {self.max_step_tokens} tokens and {self.max_out_rows} "
                 f"rows, got {len(ids)} and {len(out_rows)}"
             )
-        branches = any(a >= 0 for a in also)
         with self.lock:
-            for feed in feeds:
-                if feed.branch_of is not None:
-                    self._sync(feed.branch_of, feed.slot)
+            for slot, parent in parents.items():
+                self._sync(parent.slot, slot)
             args = [np.asarray(v, np.int32) for v in (ids, slots, positions, out_rows)]
-            if branches:
+            if parents:
                 args.append(np.asarray(also, np.int32))
             argmax = self._step.step(*args).tolist()
             view = self._step.logits(len(out_rows)) if logits and out_rows else None  # (R, vocab)
             for feed in feeds:
-                if feed.branch_of is not None:
-                    shared = feed.start - len(self._records[feed.slot])
-                    parent = next(f for f in feeds if f.slot == feed.branch_of)
-                    self._records[feed.slot].extend(parent.tokens[:shared])
+                parent = parents.get(feed.slot)
+                if parent is not None:  # the shared rows first (see Feed)
+                    self._records[feed.slot].extend(parent.tokens[: feed.start - parent.start])
                 self._records[feed.slot].extend(feed.tokens)
         return [Rows(argmax[a:b], None if view is None else view[a:b]) for a, b in spans]
 
@@ -390,11 +384,8 @@ class Runner:
     def _sync(self, src: int, dst: int) -> None:
         """Makes slot dst hold what slot src holds: the K/V of the positions where their records
         differ are copied from src (a branch slot catching up with its chain)."""
-        have, want = self._records[dst], self._records[src]
-        same = 0
-        limit = min(len(have), len(want))
-        while same < limit and have[same] == want[same]:
-            same += 1
+        want = self._records[src]
+        same = _common_prefix(self._records[dst], want)
         if same < len(want):
             self._step.copy_cache(src, dst, same, len(want) - same)
         self._records[dst] = list(want)
@@ -454,3 +445,11 @@ class Runner:
                 f"{feed.start} + {len(feed.tokens)} tokens exceed max_cache_len "
                 f"{self.max_cache_len}"
             )
+
+
+def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    """How many leading tokens a and b share."""
+    n, limit = 0, min(len(a), len(b))
+    while n < limit and a[n] == b[n]:
+        n += 1
+    return n

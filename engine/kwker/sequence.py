@@ -139,11 +139,13 @@ class SequenceState:
         new, rows = self._verify(argmax, logits, branch)
         accepted = accept(cands, new)
         kept = len(new) - 1 if len(new) > accepted + 1 else accepted  # proposals among new
-        proposed = len(cands) + (len(self._branch[1]) if branch is not None else 0)
+        branched = len(self._branch[1]) if branch is not None else 0  # the branch's tokens
         if self._source:
-            self.stats.proposed[self._source] = self.stats.proposed.get(self._source, 0) + proposed
+            self.stats.proposed[self._source] = (
+                self.stats.proposed.get(self._source, 0) + len(cands) + branched
+            )
             self.stats.accepted[self._source] = self.stats.accepted.get(self._source, 0) + kept
-        fed = n_fed + (len(self._branch[1]) if branch is not None else 0)
+        fed = n_fed + branched
         self.stats.branches += branch is not None
         self.stats.branches_taken += self.took_branch is not None
         self.spec.feedback(self._source, len(cands), accepted, fed, seconds, new[0])

@@ -227,16 +227,16 @@ class DraftProposer:
         (or restart the draft's context at its last PROBE_WINDOW tokens, losing the text a rewrite
         copies), which made it too dear to go, and the draft never proposed on that text."""
         runner = self.draft.runner
-        view = tokens[: min(len(tokens), runner.max_cache_len) - 1]
-        if not view:
+        text = tokens[: runner.max_cache_len]
+        if len(text) < 2:
             return
         with runner.hold():
             slot = runner.acquire(0)
             try:
-                reuse = runner.reusable_prefix(slot, view + [0])  # +1: all of view may be reused
+                reuse = runner.reusable_prefix(slot, text)  # of text[:-1], what it reads
                 runner.trim(slot, runner.cached_len(slot) - reuse)
-                if reuse < len(view):
-                    runner.extend_slot(slot, reuse, view[reuse:], rows="none", logits=False)
+                if reuse < len(text) - 1:
+                    runner.extend_slot(slot, reuse, text[reuse:-1], rows="none", logits=False)
             finally:
                 runner.release(slot)
         self.offset = 0

@@ -601,8 +601,7 @@ def test_a_speculator_that_always_proposes_still_takes_reference_plain_steps():
     assert plain_at == [gap * (i + 1) + i for i in range(n)]
 
 
-@pytest.fixture(scope="module")
-def smollm2_pair(smollm2):
+def real_pair(smollm2, max_batch=1):
     """The real SmolLM2-135M and a draft of its first 8 layers (same tokenizer, its final norm and head), int4."""
     import copy
 
@@ -610,9 +609,44 @@ def smollm2_pair(smollm2):
     small = copy.deepcopy(model)
     small.model.layers = small.model.layers[:8]
     small.config.num_hidden_layers = 8
-    dec = KwkDecoder(model, max_cache_len=512, precision="int4", tokenizer=tokenizer)
-    draft = KwkDecoder(small, max_cache_len=512, precision="int4", tokenizer=tokenizer)
+    dec = KwkDecoder(model, 512, precision="int4", tokenizer=tokenizer, max_batch=max_batch)
+    draft = KwkDecoder(small, 512, precision="int4", tokenizer=tokenizer)
     return dec, draft, tokenizer
+
+
+@pytest.fixture(scope="module")
+def smollm2_pair(smollm2):
+    return real_pair(smollm2)
+
+
+def chat_ids(tokenizer, text):
+    ids = tokenizer.apply_chat_template(
+        [{"role": "user", "content": text}], add_generation_prompt=True
+    )
+    return list(ids["input_ids"] if hasattr(ids, "keys") else ids)
+
+
+def draft_every_step(monkeypatch, width=4):
+    """Makes the Speculator give the draft `width` tokens at every step, whatever this machine's
+    timings say it pays (the tests that use it check tokens, which must not depend on them)."""
+    best_k = Speculator._best_k
+
+    def forced(self, source, room, accept=None, long=False):
+        return min(width, room) if source == "draft" else best_k(self, source, room, accept, long)
+
+    monkeypatch.setattr(Speculator, "_best_k", forced)
+
+
+def fresh(dec, ids, n, seed, temperature, **kw):
+    """dec's text after ids from an empty cache (greedy, or sampled from seed), and its stats."""
+    sampling = {}
+    if seed is not None:
+        sampling = dict(
+            do_sample=True, temperature=temperature, generator=torch.Generator().manual_seed(seed)
+        )
+    dec.reset()
+    out = dec.generate(torch.tensor([ids]), max_new_tokens=n, **sampling, **kw)
+    return out, dec.last_stats
 
 
 @pytest.mark.slow
@@ -620,7 +654,8 @@ def smollm2_pair(smollm2):
 def test_real_model_same_text_with_each_new_mechanism(smollm2_pair, seed, monkeypatch):
     """Greedy and seeded sampling on the real SmolLM2: the same tokens with the suffix lookup, the draft's
     proposals in one native call or step by step, its pruned head (8192 of 49152 rows here), and
-    with or without the proposals' stop at the draft's low confidence (Speculator.STOP_MAX)."""
+    with or without the proposals' stop at the draft's low confidence (Speculator.STOP_MAX). The
+    draft is given 4 tokens at every step, so it proposes whatever this machine's timings."""
     from kwker.speculative import DraftProposer
 
     dec, draft, tokenizer = smollm2_pair
@@ -628,20 +663,10 @@ def test_real_model_same_text_with_each_new_mechanism(smollm2_pair, seed, monkey
         "Fix the typos and return the whole paragraph: The quick brwon fox jumpd over the lazy dog. "
         "It was a sunny day and the fox was verry happy."
     )
-    ids = tokenizer.apply_chat_template(
-        [{"role": "user", "content": text}], add_generation_prompt=True
-    )
-    ids = list(ids["input_ids"] if hasattr(ids, "keys") else ids)
+    ids = chat_ids(tokenizer, text)
 
     def gen(**kw):
-        sampling = {}
-        if seed is not None:
-            sampling = dict(
-                do_sample=True, temperature=0.8, generator=torch.Generator().manual_seed(seed)
-            )
-        dec.reset()
-        out = dec.generate(torch.tensor([ids]), max_new_tokens=40, **sampling, **kw)
-        return out, dec.last_stats
+        return fresh(dec, ids, 40, seed, 0.8, **kw)
 
     plain, _ = gen(lookup=0)
     # (head rows, proposals in one native call): the step-by-step proposal only greedy, for time
@@ -650,6 +675,7 @@ def test_real_model_same_text_with_each_new_mechanism(smollm2_pair, seed, monkey
     for subset, native, stop in combos:
         monkeypatch.setattr(DraftProposer, "HEAD_SUBSET", subset)
         monkeypatch.setattr(Speculator, "STOP_MAX", stop)
+        draft_every_step(monkeypatch)
         if not native:  # the proposal step by step (Runner's fallback), as before Model.propose
             monkeypatch.setattr(draft.runner, "_step", WithoutPropose(draft.runner._step))
         out, stats = gen(lookup=0, draft=draft)
@@ -685,12 +711,7 @@ def test_real_model_same_text_with_a_tree(smollm2, seed, monkeypatch):
     and the text went on along some of them. Where the costs plan no branch, the draft's runner-up
     at its least sure token is verified anyway, and the draft proposes 4 tokens at every step
     (whether either pays depends on this machine's timings, the tokens must not)."""
-    import copy
-
-    planned, best_k = Speculator._plan_branch, Speculator._best_k
-
-    def draft_always(self, source, room, accept=None, long=False):
-        return min(4, room) if source == "draft" else best_k(self, source, room, accept, long)
+    planned = Speculator._plan_branch
 
     def always(self, cands, room, cont, cont_accept):
         plan = planned(self, cands, room, cont, cont_accept)
@@ -700,29 +721,14 @@ def test_real_model_same_text_with_a_tree(smollm2, seed, monkeypatch):
         return plan
 
     monkeypatch.setattr(Speculator, "_plan_branch", always)
-    monkeypatch.setattr(Speculator, "_best_k", draft_always)
+    draft_every_step(monkeypatch)
 
     model, tokenizer = smollm2
-    small = copy.deepcopy(model)
-    small.model.layers = small.model.layers[:8]
-    small.config.num_hidden_layers = 8
-    dec = KwkDecoder(model, 512, precision="int4", tokenizer=tokenizer, max_batch=2)
-    draft = KwkDecoder(small, 512, precision="int4", tokenizer=tokenizer)
-    text = "Tell me a short story about a dragon who learns to cook."
-    ids = tokenizer.apply_chat_template(
-        [{"role": "user", "content": text}], add_generation_prompt=True
-    )
-    ids = list(ids["input_ids"] if hasattr(ids, "keys") else ids)
+    dec, draft, _ = real_pair(smollm2, max_batch=2)
+    ids = chat_ids(tokenizer, "Tell me a short story about a dragon who learns to cook.")
 
     def gen(**kw):
-        sampling = {}
-        if seed is not None:
-            sampling = dict(
-                do_sample=True, temperature=0.7, generator=torch.Generator().manual_seed(seed)
-            )
-        dec.reset()
-        out = dec.generate(torch.tensor([ids]), max_new_tokens=80, **sampling, **kw)
-        return out, dec.last_stats
+        return fresh(dec, ids, 80, seed, 0.7, **kw)
 
     plain, _ = gen(lookup=0)
     branches = taken = 0
@@ -733,11 +739,7 @@ def test_real_model_same_text_with_a_tree(smollm2, seed, monkeypatch):
     assert branches >= 5 and taken > 0, (branches, taken)
 
     # in a batch of two on three slots: one lent slot a step, each text as alone
-    other = tokenizer.apply_chat_template(
-        [{"role": "user", "content": "Return this list sorted: pear, apple, fig, kiwi."}],
-        add_generation_prompt=True,
-    )
-    other = list(other["input_ids"] if hasattr(other, "keys") else other)
+    other = chat_ids(tokenizer, "Return this list sorted: pear, apple, fig, kiwi.")
     batch = KwkDecoder(model, 512, precision="int4", tokenizer=tokenizer, max_batch=3)
 
     def sampling(*offsets):  # prompt i samples with the generator of seed + i, alone or not
