@@ -695,10 +695,8 @@ class Speculator:
                     found=len(found),
                 )
             if chosen:
-                if found:
-                    self._shadow = found[
-                        0
-                    ]  # lookup keeps learning whether it would have been right
+                if found:  # lookup keeps learning whether it would have been right
+                    self._shadow = found[0]
                 t0 = self.clock()
                 window = self.PROBE_WINDOW if self._probing else None
                 cands = self.draft.propose(tokens, k, window, self._stop_below(k), self.tree)
