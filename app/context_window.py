@@ -81,6 +81,5 @@ def fit_prompt(
             f"the newest message is {len(ids)} tokens with the system prompt: more than the "
             f"context of {context} tokens. Shorten it or raise the context length"
         )
-    return Prompt(
-        ids, last, context - len(ids)
-    )  # a shorter answer than asked: all there is room for
+    # a shorter answer than asked: all there is room for
+    return Prompt(ids, last, context - len(ids))

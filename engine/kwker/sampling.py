@@ -223,9 +223,8 @@ class Sampler:
         if self.penalty is None and not counted and not suppress_eos:
             return x
         if self._buffer is None or self._buffer.shape != x.shape:
-            self._buffer = np.empty_like(
-                x
-            )  # kept: a fresh vocabulary-sized array is page faults on every call
+            # kept: a fresh vocabulary-sized array is page faults on every call
+            self._buffer = np.empty_like(x)
         np.copyto(self._buffer, x)
         x = self._buffer
         if (
@@ -307,9 +306,8 @@ class Sampler:
     def sample(self, sv: np.ndarray, keep: np.ndarray | None, u: float) -> int:
         """The token whose interval of the cumulative distribution (in token id order) holds u times its total:
         sv are the survivors' scores over temperature, keep their ids (None: every token)."""
-        weights = np.exp(
-            sv - sv.max()
-        )  # float32, as a softmax of the scores would be before its division
+        # float32, as a softmax of the scores would be before its division
+        weights = np.exp(sv - sv.max())
         # Both cumsums are serial float64 sums, the same bits (tests/engine/test_torch_free_core.py).
         # torch's runs 3x faster on a whole vocabulary (49k tokens: 68 us vs numpy's 213; 152k:
         # 190 vs 653), so it is used where torch is loaded anyway; never imported for it.

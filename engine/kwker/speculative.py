@@ -340,12 +340,10 @@ class StepCosts:
     timings: dict[int, list[float]] = field(default_factory=dict)
     relative: dict[int, float] = field(default_factory=dict)  # fed tokens -> its cost (record)
     recorded: int = 0  # multi-token steps timed so far
-    recorded_at: dict[int, int] = field(
-        default_factory=dict
-    )  # fed tokens -> `recorded` at its latest
-    draft_call: dict[int, dict[int, float]] = field(
-        default_factory=dict
-    )  # id(draft) -> {k: time of a k-token proposal / 1-token step}
+    # fed tokens -> `recorded` at its latest
+    recorded_at: dict[int, int] = field(default_factory=dict)
+    # id(draft) -> {k: time of a k-token proposal / 1-token step}
+    draft_call: dict[int, dict[int, float]] = field(default_factory=dict)
     # id(draft) -> its acceptance at the end of the latest sequence: the next one's prior (a new
     # sequence that started from 0.6 waited for its first probe before a draft that had been
     # accepted 95% of the time proposed again)
@@ -471,22 +469,18 @@ class Speculator:
         self.runner_up = self.RUNNER_UP  # learnt: see branch_feedback
         self._branch_is_runner_up = False  # whether `branch` is the draft's runner-up
         self.limit = {"lookup": lookup_max, "draft": draft_max}
-        self.accept = {
-            "lookup": 0.5,
-            "draft": 0.6,
-        }  # prior chance that a proposed token is accepted
+        # prior chance that a proposed token is accepted
+        self.accept = {"lookup": 0.5, "draft": 0.6}
         self._draft_key = id(draft.draft) if draft is not None else None
         if costs is not None and self._draft_key in costs.draft_accept:
             self.accept["draft"] = costs.draft_accept[self._draft_key]
-        self.match_accept: dict[
-            int, float
-        ] = {}  # lookup's per bucket of match length (MATCH_BUCKETS)
+        # lookup's acceptance per bucket of match length (MATCH_BUCKETS)
+        self.match_accept: dict[int, float] = {}
         self._bucket: int | None = None  # of the lookup proposal (or shadow) of this step
         self.costs = costs if costs is not None else StepCosts()
         self.clock = clock
-        self._inherited = (
-            self.costs.step1_s > 0
-        )  # an earlier sequence measured the 1-token step: no plain warm-up
+        # an earlier sequence measured the 1-token step: no plain warm-up
+        self._inherited = self.costs.step1_s > 0
         self.draft_s = 0.0
         self.trace: list[dict] | None = None  # a list to record each decision in (diagnostics)
         self._shadow: int | None = None  # lookup's first proposal, when it was not made

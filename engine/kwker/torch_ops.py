@@ -42,9 +42,8 @@ def install(threads: int | None = None) -> None:
     _state["pool"] = _native.Pool(threads or default_threads())
     _state["isa"] = best_isa()
     _state["torch_threads"] = torch.get_num_threads()
-    torch.set_num_threads(
-        1
-    )  # torch's own pool would spin on the cores the native pool needs between matmuls
+    # torch's own pool would spin on the cores the native pool needs between matmuls
+    torch.set_num_threads(1)
     _state["original"] = torch.nn.Linear.forward
     torch.nn.Linear.forward = _forward
 

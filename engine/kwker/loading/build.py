@@ -125,9 +125,8 @@ def empty_step(
     cfg["wtype"] = getattr(_native.WType, PRECISIONS[precision].matrices)
     cfg["kv_f16"] = kv_cache == "fp16"
     cos, sin = family.rope_tables(config, max_cache_len)
-    cfg["rope_dim"] = (
-        2 * cos.shape[-1]
-    )  # the table's width: partial rotary models rotate fewer dims
+    # the table's width: partial rotary models rotate fewer dims
+    cfg["rope_dim"] = 2 * cos.shape[-1]
     step = _native.Model(
         cfg, cos, sin, max_cache_len, max_batch, min(max_step_tokens, max_cache_len),
         DEFAULT_LOGIT_ROWS, threads or default_threads(), best_isa(),

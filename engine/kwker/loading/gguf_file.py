@@ -110,9 +110,8 @@ class TensorInfo:
 @dataclass
 class GgufFile:
     path: Path
-    metadata: dict[
-        str, object
-    ]  # strings as str, numbers as int/float/bool, arrays as (nested) lists
+    # strings as str, numbers as int/float/bool, arrays as (nested) lists
+    metadata: dict[str, object]
     tensors: dict[str, TensorInfo]  # in file order
     file_size: int
     version: int = 3

@@ -275,9 +275,8 @@ def cached_models() -> list[tuple[str, int, Path]]:
     from huggingface_hub import constants, scan_cache_dir
 
     try:
-        info = scan_cache_dir(
-            constants.HF_HUB_CACHE
-        )  # the cache in force now (HF_HUB_CACHE may have moved)
+        # the cache in force now (HF_HUB_CACHE may have moved)
+        info = scan_cache_dir(constants.HF_HUB_CACHE)
     except Exception:  # noqa: BLE001  (no cache yet)
         return []
     out = []
