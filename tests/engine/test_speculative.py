@@ -1,6 +1,7 @@
 """Speculative decoding never changes the output: greedy and seeded sampling give the same tokens with or without
 prompt lookup and a draft model, bit for bit (the batch-invariant kernels make this possible)."""
 
+import numpy as np
 import pytest
 import torch
 from helpers import WithoutPropose, tiny_llama
@@ -535,6 +536,30 @@ def test_the_pruned_head_is_set_up_before_any_proposal_is_timed(small, monkeypat
     assert draft.runner.head_subset_size == 0
     DraftProposer(draft)
     assert draft.runner.head_subset_size >= 200
+
+
+def test_the_pruned_head_holds_the_texts_own_tokens(small, monkeypatch):
+    """The prompt's tokens join the pruned head when the draft reads it, the answer's as they come,
+    each once; past TEXT_ROWS of them the head starts again from the latest text's. A proposal
+    is the argmax of the full head's logits over exactly the tokens the head holds."""
+    monkeypatch.setattr(DraftProposer, "HEAD_SUBSET", 200)
+    monkeypatch.setattr(DraftProposer, "TEXT_ROWS", 6)
+    draft = KwkDecoder(small, max_cache_len=64, precision="int4")
+    proposer = DraftProposer(draft)
+    base = draft.runner.head_subset_size
+    text = [5, 300, 7, 301, 300, 450]
+    proposer.read(text)
+    assert draft.runner.head_subset_size == base + 3  # 300, 301, 450
+    assert proposer._in_subset[text].all()
+    got = proposer.propose(text + [302], 1)
+    assert proposer.subset and draft.runner.head_subset_size == base + 4
+    ids = np.flatnonzero(proposer._in_subset)
+    logits = draft.forward(text + [302]).numpy()[-1]
+    assert got == [int(ids[np.argmax(logits[ids])])]
+    proposer.read([303, 304, 305, 9])  # 4 + 3 > TEXT_ROWS: this text's tokens only
+    assert draft.runner.head_subset_size == base + 3
+    assert not proposer._in_subset[[300, 301, 302, 450]].any()
+    assert proposer._in_subset[[303, 304, 305, 9]].all()
 
 
 @pytest.mark.parametrize("catch_up", [0.0, 0.1, 0.3])

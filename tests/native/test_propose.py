@@ -80,6 +80,40 @@ def test_propose_gives_the_steps_tokens_and_the_subset_the_full_heads_bits(
     assert np.array_equal(left, rows[0][ids])
 
 
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("precision", [None, "bf16", "int4"])
+def test_a_subset_set_again_holds_the_same_bits_as_one_set_once(isa, precision, monkeypatch):
+    """Set again (as a draft does for each text), the subset copies only the rows whose id changed
+    at their index, into its own space while it fits: each subset, reached from any other (a
+    prefix kept, rows replaced, grown past its room, shrunk), leaves the logits a subset set once
+    on a fresh decoder leaves, bit for bit."""
+    monkeypatch.setenv("KWKER_ISA", isa)
+    model = tiny_llama(hidden=96, heads=3, kv_heads=1, inter=128, tied=False)
+    rng = np.random.default_rng(2)
+    base = np.arange(0, 200, dtype=np.int32)
+    subsets = [
+        base,
+        np.concatenate([base, [700, 512, 999]]),  # a text's tokens after the frequent ones
+        np.concatenate([base, [700, 300, 301, 302]]),  # the next text: one row kept, others new
+        np.concatenate([base, rng.choice(np.arange(200, 1000), 400, replace=False)]),  # past room
+        base[:50],  # shrunk: the rows past 50 are stale, not read
+        np.concatenate([base[::-1], [650]]),  # every row moved
+    ]
+
+    def left_logits(dec, ids):
+        dec.reset()
+        propose(dec, PROMPT, 1, subset=True)
+        return dec.runner._step.logits(1)[0, : len(ids)].copy()
+
+    dec = KwkDecoder(model, max_cache_len=64, precision=precision, threads=2)
+    for ids in subsets:
+        dec.runner.set_head_subset(ids)
+        assert dec.runner.head_subset_size == len(ids)
+        fresh = KwkDecoder(model, max_cache_len=64, precision=precision, threads=2)
+        fresh.runner.set_head_subset(ids)
+        assert np.array_equal(left_logits(dec, ids), left_logits(fresh, ids)), len(ids)
+
+
 def test_bad_proposals_and_subsets_are_refused():
     model = tiny_llama(hidden=64, heads=2, kv_heads=1, inter=64)
     dec = KwkDecoder(model, max_cache_len=32)

@@ -665,11 +665,26 @@ void Model::set_head_subset(const int32_t* ids, int n) {
       throw std::invalid_argument("head subset ids must be distinct tokens of the vocabulary");
     seen[ids[i]] = 1;
   }
-  std::vector<float> bias(head.bias_ptr() ? n : 0);  // [n]
-  for (size_t i = 0; i < bias.size(); i++) bias[i] = head.bias_ptr()[ids[i]];
-  // new weight space each time (not reused, as for the weights): set once per decoder
-  place(subset_head_, head.type, n, head.k, bias.empty() ? nullptr : bias.data());
-  for (int i = 0; i < n; i++) copy_panel_row(head.w, ids[i], subset_head_.w, i, head.type, head.kp);
+  // The rows live in a buffer of their own, kept while a new subset fits in it: a draft resets its
+  // subset for each text (the text's own tokens join the frequent ones), and a row already at its
+  // place is not copied again, so a reset costs the rows that changed.
+  const bool fits = subset_head_.n > 0 && n <= subset_rows_;
+  if (!fits) {
+    subset_rows_ = pad_to(n + n / 8, kPanel);  // room for a few more tokens of the next text
+    subset_space_ = Buffer(panel_bytes(head.type, subset_rows_, head.k), true);
+  }
+  const int before = fits ? subset_head_.n : 0;
+  subset_head_.n = n, subset_head_.k = head.k, subset_head_.kp = head.kp;
+  subset_head_.type = head.type;
+  subset_head_.w = subset_space_.as<void>();
+  subset_head_.bias = Buffer();
+  if (head.bias_ptr()) {
+    subset_head_.bias = Buffer(sizeof(float) * pad_to(n, kPanel));
+    for (int i = 0; i < n; i++) subset_head_.bias.as<float>()[i] = head.bias_ptr()[ids[i]];
+  }
+  for (int i = 0; i < n; i++)
+    if (i >= before || subset_ids_[i] != ids[i])
+      copy_panel_row(head.w, ids[i], subset_head_.w, i, head.type, head.kp);
   subset_ids_.assign(ids, ids + n);
 }
 

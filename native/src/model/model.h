@@ -116,7 +116,8 @@ class Model {
   int propose(const int32_t* tokens, int T, int slot, int start, int k, bool subset, float min_prob,
               int32_t* out, float* probs = nullptr, int32_t* second = nullptr);
   // The rows of the head a subset proposal reads: ids [n] of the vocabulary (distinct), copied bit
-  // for bit from the loaded head, so that each of their logits is the full head's.
+  // for bit from the loaded head, so that each of their logits is the full head's. Called again,
+  // it copies only the rows whose id changed at their index (while the new subset fits).
   void set_head_subset(const int32_t* ids, int n);
   int head_subset_size() const { return subset_head_.n; }
 
@@ -194,6 +195,8 @@ class Model {
   Matrix embed_, lm_head_;
   Matrix subset_head_;               // [n, n_embd]: the head rows of subset_ids_, for proposals
   std::vector<int32_t> subset_ids_;  // [n]
+  Buffer subset_space_;              // subset_head_'s panels: [subset_rows_, n_embd] packed
+  int subset_rows_ = 0;
   Buffer final_norm_;
   std::vector<Layer> layers_;
   int rope_half_;               // rope_dim / 2
