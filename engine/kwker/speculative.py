@@ -185,7 +185,8 @@ class DraftProposer:
         self.probs: list[float] = []
         self.second: list[int] = []
         self._in_subset = None  # (vocab,) bool: the pruned head's tokens, once it is set
-        self._base: np.ndarray | None = None  # the frequent and special tokens' ids, in the head first
+        # the frequent and special tokens' ids, first in the pruned head
+        self._base: np.ndarray | None = None
         self._extra: list[int] = []  # the text's tokens the pruned head holds beside them
         self._covered = 0  # tokens of the text whose tokens the pruned head holds
         self._miss = 0.0  # moving average of how often the text's tokens are outside the subset
