@@ -229,15 +229,13 @@ class DraftProposer:
         new = outside[np.sort(first)].tolist()
         if len(self._extra) + len(new) > self.TEXT_ROWS:
             self._in_subset[self._extra] = False  # start again from this text's latest tokens
-            self._in_subset[self._base] = True
             self._extra, new = [], new[-self.TEXT_ROWS :]
         self._extra += new
         self._in_subset[new] = True
         self.draft.runner.set_head_subset(np.concatenate([self._base, self._extra]))
 
     def _pruned(self, tokens: list[int]) -> bool:
-        """Whether to propose with the pruned head (after counting the text's new tokens that
-        it did not hold into the miss rate)."""
+        """Whether to propose with the pruned head."""
         if self._in_subset is None:
             return False
         if self._seen == 0 or self._seen > len(tokens):
@@ -249,7 +247,6 @@ class DraftProposer:
             # dozens of steps)
             self._miss += min(0.5, 0.02 * len(new)) * (missed - self._miss)
             self._seen = len(tokens)
-        self._cover(tokens)
         return self._miss <= self.MISS_RATE
 
     def read(self, tokens: list[int]) -> None:
@@ -316,7 +313,8 @@ class DraftProposer:
                     runner.extend_slot(slot, reuse, view[reuse:-1], rows="none", logits=False)
                     self.catch_up_s = time.perf_counter() - t0
                     reuse = len(view) - 1
-                self.subset = self._pruned(tokens)
+                self.subset = self._pruned(tokens)  # counts the misses before _cover adds them
+                self._cover(tokens)
                 got = runner.propose_greedy(
                     slot, reuse, view[reuse:], k, self.subset, min_prob, alternatives
                 )
