@@ -428,7 +428,8 @@ class Speculator:
     A draft cannot lock itself out: a draft with no measured cost first proposes FIRST_DRAFT_WIDTH tokens (a
     width at which a draft of a few tenths of a step can pay; one token rarely does, and a controller that grows
     widths only where the narrower one paid never gets there); its widths are then chosen on its measured costs,
-    interpolated between the widths measured (a fixed cost per call and a cost per token); and while its record
+    interpolated between the widths measured (a fixed cost per call and a cost per token), at a hopeful bound
+    of its acceptance while this generation has tested few of its tokens (HOPE); and while its record
     does not pay it is probed whatever its record says: once early in each generation (a new text may suit it),
     then on a budget of the generation's time that counts everything a probe costs, the catch-up on the tokens
     the draft sat out included (see PROBE_*).
@@ -458,6 +459,12 @@ class Speculator:
     # out, and the budget would allow none once a caught-up token costs more than PROBE_SHARE.
     PROBE_WINDOW = 48
     CATCH_UP_PRIOR = 0.05  # a caught-up token's cost / 1-token target step, until one was measured
+    # While a generation has tested few of the draft's tokens, its widths are chosen at an upper bound of its
+    # acceptance, HOPE standard errors over the estimate, counting the estimate (a prior, or another text's
+    # record) as HOPE_PRIOR_TRIALS trials: a few unlucky first proposals do not hold the draft off a text it
+    # would serve well, and the bound closes on the estimate as this text's trials come in (an upper
+    # confidence bound, as in a bandit: a draft that does not pay costs a few proposals to find out).
+    HOPE, HOPE_PRIOR_TRIALS = 0.75, 8
     # what a source must promise over a plain step (noise in its measured costs)
     DRAFT_MARGIN, LOOKUP_MARGIN = 1.05, 1.02
     # Lookup's acceptance is kept per length of the match its proposal follows (1, 2-3, 4-7, 8-15, 16+
@@ -524,6 +531,7 @@ class Speculator:
         # this generation's time, and what its probes cost, in 1-token steps of the moment
         self._elapsed = self._probe_spent = 0.0
         self._spent_drafting = 0.0  # the draft's time in this step, in 1-token steps
+        self._draft_trials = 0  # the draft's tokens this generation has tested (see HOPE)
 
     @property
     def _draft_calls(self) -> dict[int, float]:
@@ -622,6 +630,13 @@ class Speculator:
                 best_k, best = k, ratio
         return best_k
 
+    def _hopeful_accept(self) -> float:
+        """The draft's acceptance at its upper bound (HOPE), never above the estimate or PROBE_ACCEPT,
+        whichever is higher."""
+        a = self.accept["draft"]
+        bound = a + self.HOPE * math.sqrt(a * (1 - a) / (self.HOPE_PRIOR_TRIALS + self._draft_trials))
+        return min(bound, max(a, self.PROBE_ACCEPT))
+
     def _stop_below(self, k: int) -> float:
         """Where a draft proposing up to k tokens stops (DraftProposer.propose's min_prob): one more
         token is worth the chance that every token before it is kept (the product of the draft's
@@ -695,7 +710,7 @@ class Speculator:
                     self._shadow = cands[0]
         self._probing = False
         if self.draft is not None and warm:
-            k = self._best_k("draft", room)
+            k = self._best_k("draft", room, accept=self._hopeful_accept())
             # against lookup, the draft pays for its catch-up on what lookup proposed before (against
             # a plain step it is what using the draft at all costs, once)
             chosen = k and (
@@ -822,6 +837,7 @@ class Speculator:
             self.accept[source] = _ema(self.accept[source], accepted / trials, weight=weight)
             if source == "draft":
                 self.costs.draft_accept[self._draft_key] = self.accept["draft"]
+                self._draft_trials += trials
             if source == "lookup" and self._bucket is not None:
                 self.match_accept[self._bucket] = _ema(
                     self._lookup_accept(self._bucket), accepted / trials, weight=weight
