@@ -634,7 +634,9 @@ class Speculator:
         """The draft's acceptance at its upper bound (HOPE), never above the estimate or PROBE_ACCEPT,
         whichever is higher."""
         a = self.accept["draft"]
-        bound = a + self.HOPE * math.sqrt(a * (1 - a) / (self.HOPE_PRIOR_TRIALS + self._draft_trials))
+        bound = a + self.HOPE * math.sqrt(
+            a * (1 - a) / (self.HOPE_PRIOR_TRIALS + self._draft_trials)
+        )
         return min(bound, max(a, self.PROBE_ACCEPT))
 
     def _stop_below(self, k: int) -> float:
