@@ -65,7 +65,7 @@ def test_matmul_matches_float64_within_rounding_bound(isa, wtype, k):
 
 @pytest.mark.parametrize("isa", ISAS)
 @pytest.mark.parametrize("wtype", list(WTYPES))
-@pytest.mark.parametrize("m", [2, 3, 4, 5, 8, 9, 17, 63, 64, 65, 130])
+@pytest.mark.parametrize("m", [2, 3, 4, 5, 6, 7, 8, 9, 17, 63, 64, 65, 130])
 def test_matmul_rows_are_batch_invariant(isa, wtype, m):
     """Row t of an m-row call equals, bit for bit, the same row computed alone."""
     needs(isa)
@@ -80,10 +80,11 @@ def test_matmul_rows_are_batch_invariant(isa, wtype, m):
 
 @pytest.mark.parametrize("isa", ISAS)
 @pytest.mark.parametrize("wtype", list(WTYPES))
-@pytest.mark.parametrize("m", [1, 2, 5, 8])
+@pytest.mark.parametrize("m", [1, 2, 3, 5, 7, 8])
 def test_matmul_panel_ranges_give_the_whole_calls_bits(isa, wtype, m):
     """A call over panels [p0, p1) (a thread's share) computes exactly those outputs of the whole call: one- and
-    two-row calls stream a range's panels in strided tiles, so every range length and offset is its own tiling."""
+    two-row calls stream a range's panels in strided tiles, and 3-8 rows of a 2-byte format take groups of 3 or 4
+    panels, so every range length and offset is its own tiling."""
     needs(isa)
     rng = np.random.default_rng(m)
     k, n = 97, 13 * 16 - 5  # 13 panels, the last one partial

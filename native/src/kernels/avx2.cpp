@@ -13,6 +13,7 @@ struct Avx2 {
   static constexpr int TB = 6;  // tokens per tile: 6 x 2 accumulators + weights + a broadcast
   // panels per GEMV tile: enough independent FMA chains to hide latency
   static constexpr int NP_GEMV = 4;
+  static constexpr int FEW_ROWS = 0;  // none: 16 registers hold a TB x 1 tile (perf-notes #15)
 
   static reg zero() { return _mm256_setzero_ps(); }
   static reg load(const float* p) { return _mm256_loadu_ps(p); }

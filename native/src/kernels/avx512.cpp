@@ -25,6 +25,7 @@ struct Avx512 {
   static constexpr int TB = 12;  // tokens per tile: 12 x 1 accumulators + weights + a broadcast
   // panels per GEMV tile: enough independent FMA chains to hide latency
   static constexpr int NP_GEMV = 8;
+  static constexpr int FEW_ROWS = 8;  // rows of the few-row tiles of 2-byte formats (see matmul)
 
   static reg zero() { return _mm512_setzero_ps(); }
   static reg load(const float* p) { return _mm512_loadu_ps(p); }

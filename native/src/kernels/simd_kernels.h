@@ -3,7 +3,8 @@
 //
 // V provides:
 //   reg, W (floats per register), TB (tokens per register tile in the multi-row matmul), NP_GEMV
-//   (panels per tile when m == 1); zero, load, store, set1, fma, add, mul, div, sub, min, max,
+//   (panels per tile when m == 1), FEW_ROWS (the most rows of the few-row float tiles, 0: none);
+//   zero, load, store, set1, fma, add, mul, div, sub, min, max,
 //   round, pow2i, hmax, hsum (a fixed reduction tree), exp; load_w<WType> (W float-format weights
 //   as floats), load_f16 (W fp16 values), store_f16 (W floats as fp16, rounded to nearest even);
 //   for the quantized formats an integer register ireg of W int32 lanes (one per output row): TBQ,
@@ -349,14 +350,26 @@ inline void for_each_tile(int m, int p0, int p1, const Tile& tile, const Panel& 
 template <class V, WType T>
 void matmul(const float* x, int m, int ldx, const void* w, int kp, int p0, int p1, float* y,
             int ldy, const float* bias, bool accumulate) {
+  auto tile = [&](auto rows, auto np, int t, int p, int ps) {
+    matmul_tile<V, T, decltype(rows)::value, decltype(np)::value>(
+        x + size_t(t) * ldx, ldx, w, kp, p, ps, y + size_t(t) * ldy, ldy, bias, accumulate);
+  };
+  // 3 to FEW_ROWS rows of a 2-byte format (speculative verify steps): one tile of all the rows x
+  // up to 4 consecutive panels (at most 24 accumulators). A tile of a few rows x 1 panel has few FMA
+  // chains; here each row's broadcast also serves several panels. Not for F32, whose steps of a few
+  // rows are bound by its 4 bytes a weight, and whose 1-panel tiles measured faster (perf-notes #31).
+  if constexpr (V::FEW_ROWS > 0 && T != WType::F32) {
+    if (m >= 3 && m <= V::FEW_ROWS) {
+      return with_rows<V::FEW_ROWS>(m, [&](auto rows) {
+        constexpr int NP = std::min(4, 24 / decltype(rows)::value);
+        int p = p0;
+        for (; p + NP <= p1; p += NP) tile(rows, Int<NP>{}, 0, p, 1);
+        for (; p < p1; p++) tile(rows, Int<1>{}, 0, p, 1);
+      });
+    }
+  }
   // two rows (a verify step of one proposed token): 2 panels per tile (perf-notes #15)
-  for_each_tile<V::TB, V::NP_GEMV, 2>(
-      m, p0, p1,
-      [&](auto rows, auto np, int t, int p, int ps) {
-        matmul_tile<V, T, decltype(rows)::value, decltype(np)::value>(
-            x + size_t(t) * ldx, ldx, w, kp, p, ps, y + size_t(t) * ldy, ldy, bias, accumulate);
-      },
-      [](int, int) {});
+  for_each_tile<V::TB, V::NP_GEMV, 2>(m, p0, p1, tile, [](int, int) {});
 }
 
 // BF16P (kernels.h): the activations rounded to bf16, the chain over k in pairs, odd k first. V
