@@ -355,9 +355,9 @@ void matmul(const float* x, int m, int ldx, const void* w, int kp, int p0, int p
         x + size_t(t) * ldx, ldx, w, kp, p, ps, y + size_t(t) * ldy, ldy, bias, accumulate);
   };
   // 3 to FEW_ROWS rows of a 2-byte format (speculative verify steps): one tile of all the rows x
-  // up to 4 consecutive panels (at most 24 accumulators). A tile of a few rows x 1 panel has few FMA
-  // chains; here each row's broadcast also serves several panels. Not for F32, whose steps of a few
-  // rows are bound by its 4 bytes a weight, and whose 1-panel tiles measured faster (perf-notes #31).
+  // up to 4 consecutive panels (at most 24 accumulators). A tile of a few rows x 1 panel has few
+  // FMA chains; here each row's broadcast also serves several panels. Not for F32: its steps of a
+  // few rows are bound by its 4 bytes a weight; its 1-panel tiles measured faster (perf-notes #31).
   if constexpr (V::FEW_ROWS > 0 && T != WType::F32) {
     if (m >= 3 && m <= V::FEW_ROWS) {
       return with_rows<V::FEW_ROWS>(m, [&](auto rows) {
