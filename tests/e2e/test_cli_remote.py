@@ -97,6 +97,9 @@ def test_ctrl_c_closes_the_stream_and_the_server_stops(server):
          "--max-new-tokens", "1000"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         env={**os.environ, "KWKER_API_KEY": server.key},
+        # Ctrl+C as a terminal delivers it: a suite started in the background (`cmd &` in a
+        # script) hands its children SIGINT ignored, and Python then keeps it ignored
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )  # fmt: skip
     streamed = proc.stdout.read(40)  # the answer is arriving
     assert len(streamed) == 40
