@@ -475,7 +475,7 @@ def test_a_few_unlucky_first_proposals_do_not_lock_a_good_draft_out(seed):
     spec = Speculator(None, draft, clock=clock)
     tokens, seconds = simulate(spec, draft, lambda fed: 1 + 0.09 * (fed - 1), 160, step1_s)
     assert tokens / seconds * step1_s > 1.3
-    assert len(draft.calls) > 60  # the draft proposes at most steps
+    assert len(draft.calls) > 60  # the draft proposes in most steps
 
 
 def test_a_width_first_timed_with_a_one_time_cost_is_proposed_again():
