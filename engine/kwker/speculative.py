@@ -380,6 +380,11 @@ class StepCosts:
     # sequence that started from 0.6 waited for its first probe before a draft that had been
     # accepted 95% of the time proposed again)
     draft_accept: dict[int, float] = field(default_factory=dict)
+    # lookup's acceptance per match-length bucket (Speculator.MATCH_BUCKETS) at the end of the
+    # latest sequence: the next one's prior. How often a copied run of the text goes on being copied
+    # is a property of the model and the kind of text more than of one answer; from the 0.5 prior,
+    # the next answer of an edit took 8 steps of 2-4 tokens to reach the widths its long matches paid
+    lookup_accept: dict[int, float] = field(default_factory=dict)
     # id(draft) -> the time of catching up on one token of the text (a proposal's prefill of what
     # the draft has not seen: the prompt, a run of lookup's tokens, the steps it sat out) / 1-token step
     draft_catch_up: dict[int, float] = field(default_factory=dict)
@@ -422,8 +427,8 @@ class Speculator:
     time. Proposing k tokens yields 1 + a + a^2 + ... + a^k tokens for the cost of a (k+1)-token step (plus the
     draft's k-token proposal for the draft): it proposes the k with the best ratio, and nothing when no k beats a
     plain step. Until the 1-token step that every other cost is relative to has been measured, steps are plain.
-    The costs can come from earlier sequences (`costs`, see StepCosts): a generation then starts with the widths
-    and the draft costs they measured instead of learning them again.
+    The costs can come from earlier sequences (`costs`, see StepCosts): a generation then starts with the widths,
+    the draft costs and the acceptances they measured instead of learning them again.
 
     A draft cannot lock itself out: a draft with no measured cost first proposes FIRST_DRAFT_WIDTH tokens (a
     width at which a draft of a few tenths of a step can pay; one token rarely does, and a controller that grows
@@ -513,10 +518,10 @@ class Speculator:
         self._draft_key = id(draft.draft) if draft is not None else None
         if costs is not None and self._draft_key in costs.draft_accept:
             self.accept["draft"] = costs.draft_accept[self._draft_key]
-        # lookup's acceptance per bucket of match length (MATCH_BUCKETS)
-        self.match_accept: dict[int, float] = {}
-        self._bucket: int | None = None  # of the lookup proposal (or shadow) of this step
         self.costs = costs if costs is not None else StepCosts()
+        # lookup's acceptance per bucket of match length (MATCH_BUCKETS), from the earlier sequences'
+        self.match_accept: dict[int, float] = dict(self.costs.lookup_accept)
+        self._bucket: int | None = None  # of the lookup proposal (or shadow) of this step
         self.clock = clock
         # an earlier sequence measured the 1-token step: no plain warm-up
         self._inherited = self.costs.step1_s > 0
@@ -841,9 +846,7 @@ class Speculator:
                 self.costs.draft_accept[self._draft_key] = self.accept["draft"]
                 self._draft_trials += trials
             if source == "lookup" and self._bucket is not None:
-                self.match_accept[self._bucket] = _ema(
-                    self._lookup_accept(self._bucket), accepted / trials, weight=weight
-                )
+                self._learn_match(accepted / trials, weight)
         if source == "draft":
             self._probed = self._probed or self._probing
             self._next_probe = self._steps + self.PROBE_GAP
@@ -851,9 +854,12 @@ class Speculator:
             right = float(self._shadow == next_token)
             self.accept["lookup"] = _ema(self.accept["lookup"], right, weight=0.1)
             if self._bucket is not None:
-                self.match_accept[self._bucket] = _ema(
-                    self._lookup_accept(self._bucket), right, weight=0.1
-                )
+                self._learn_match(right, 0.1)
+
+    def _learn_match(self, accepted: float, weight: float) -> None:
+        """Lookup's acceptance after a match of this step's bucket, for this sequence and the next."""
+        a = _ema(self._lookup_accept(self._bucket), accepted, weight=weight)
+        self.match_accept[self._bucket] = self.costs.lookup_accept[self._bucket] = a
 
 
 def _ema(old: float, new: float, weight: float = 0.2) -> float:

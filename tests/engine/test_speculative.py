@@ -156,6 +156,32 @@ def test_lookup_proposes_more_after_a_long_match():
     assert spec.match_accept.keys() == {16}
 
 
+def test_lookups_acceptance_by_match_length_carries_over_to_the_next_sequence():
+    """An edit's next answer proposes its long matches at the width the one before learnt to pay,
+    not from the 0.5 prior (perf-notes #32); a bucket this sequence did not see keeps the prior."""
+    costs = StepCosts(step1_s=0.004, relative={fed: 1.0 + 0.15 * (fed - 1) for fed in range(2, 26)})
+    passage = list(range(100, 160))
+    text = passage + [1] + passage[:30]  # 30 tokens copied so far: a match of the 16+ bucket
+    first = Speculator(LookupProposer(), None, lookup_max=8, costs=costs)
+    source, cands = first.propose(text, room=50)
+    narrow = len(cands)
+    assert source == "lookup" and narrow <= 3  # at the prior, a wide step does not pay
+    for _ in range(6):  # every proposal after a long match is kept
+        first.feedback(source, len(cands), len(cands), len(cands) + 1, 0.005, None)
+    assert first.match_accept[16] > 0.85
+    second = Speculator(LookupProposer(), None, lookup_max=8, costs=costs)
+    assert second.match_accept == first.match_accept and second.accept["lookup"] == 0.5
+    source, cands = second.propose(text, room=50)
+    assert source == "lookup" and len(cands) > 2 * narrow
+    assert cands == passage[30 : 30 + len(cands)]
+    # a short match still starts from the prior (its bucket was not learnt)
+    short = [5, 1, 2, 9, 7, 1, 2]
+    prior = Speculator(
+        LookupProposer(), None, lookup_max=8, costs=StepCosts(0.004, relative=costs.relative)
+    )
+    assert second.propose(short, room=50) == prior.propose(short, room=50) == ("lookup", [9, 7])
+
+
 def test_step_times_measured_by_earlier_sequences_let_a_new_one_propose_at_once():
     text = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12] * 3 + [1, 2, 3]
     fresh = Speculator(LookupProposer(), None, lookup_max=8)
