@@ -15,6 +15,7 @@ pay, or where its matches are being accepted).
 
 from __future__ import annotations
 
+import bisect
 import math
 import statistics
 import time
@@ -44,12 +45,19 @@ class LookupProposer:
 
     A suffix automaton of the text, extended token by token (amortized O(1) each), gives the
     longest suffix with an earlier occurrence and the first such occurrence; an index of the last
-    n-grams (ngram_max down to ngram_min tokens) -> their latest start gives the latest occurrence,
-    which is taken when it matches as far back (a text's latest version of a passage is the one
-    being edited). The text is also streamed through the corpus's automaton (a Follower)."""
+    n-grams (ngram_max down to ngram_min tokens) -> where each of their occurrences ends gives the
+    others. Of the occurrences that match as far back, the one nearest after the copy's cursor is
+    taken, else the latest (a text's latest version of a passage is the one being edited), else
+    the first. The cursor is where the text stopped following the source of the latest match: an
+    edit (a renamed name) ends a copy, and the copy resumes just after it, where a tie's latest
+    occurrence is often further down the source (`return load_config(path)[` instead of `def
+    load_config(path):`). The text is also streamed through the corpus's automaton (a Follower)."""
 
     name = "lookup"
     COMPARE = 64  # tokens compared backwards to measure the latest occurrence's match
+    RESUME = 16  # tokens past where a copy parted from its source that it may resume at
+    EDIT = 4  # tokens of an edit (that match nothing at the resumed place), at most
+    COPIED = 8  # tokens copied from a source before an edit, at least, for the copy to resume
 
     def __init__(self, ngram_max: int = 3, ngram_min: int = 1, corpus: SuffixCache | None = None):
         self.ngram_max, self.ngram_min = ngram_max, ngram_min
@@ -58,10 +66,12 @@ class LookupProposer:
         self._reset()
 
     def _reset(self) -> None:
-        self.index: dict[
-            tuple[int, ...], int
-        ] = {}  # n-gram -> position just after its latest occurrence
-        self.prev: dict[tuple[int, ...], int] = {}  # the occurrence before that one
+        # n-gram -> the position just after each of its occurrences, in order
+        self.ends: dict[tuple[int, ...], list[int]] = {}
+        # (t, s, copied): the text's token t is expected to copy its token s (the source of a
+        # match, followed as far as the text agreed with it, across edits), after `copied` tokens
+        # copied from there; None: no copy under way
+        self.copy: tuple[int, int, int] | None = None
         self.indexed = 0  # tokens[:indexed] are in the index and the automaton
         self.tokens: list[int] = []
         self.automaton = SuffixAutomaton()
@@ -79,34 +89,76 @@ class LookupProposer:
             self.automaton.extend(tokens[end - 1])
             for n in range(self.ngram_min, self.ngram_max + 1):
                 if end >= n:
-                    key = tuple(tokens[end - n : end])
-                    if key in self.index:
-                        self.prev[key] = self.index[key]
-                    self.index[key] = end
+                    self.ends.setdefault(tuple(tokens[end - n : end]), []).append(end)
         self.indexed = len(tokens)
+
+    def _follow_copy(self, tokens: list[int]) -> int | None:
+        """Follows the copy under way along the text's new tokens; returns how many tokens the text
+        has gone on since it parted from the source (0: still copying), None without a copy (or once
+        that is more than COMPARE)."""
+        if self.copy is None:
+            return None
+        t, s, copied = self.copy
+        while t < len(tokens) and tokens[t] == tokens[s]:
+            t, s, copied = t + 1, s + 1, copied + 1
+        since = len(tokens) - t
+        self.copy = (t, s, copied) if since <= self.COMPARE else None
+        return since if self.copy else None
+
+    def _resume(self, tokens: list[int], since: int) -> tuple[int, int] | None:
+        """After an edit, where the copy goes on: the nearest occurrence of the text's last n tokens
+        (n from ngram_max down, at most `since`) that starts within RESUME tokens after where the
+        text parted from the source, if the tokens since then match it but for at most EDIT of
+        them. (where its continuation starts, how many tokens match before it), or None."""
+        t, s, _ = self.copy
+        for n in range(min(self.ngram_max, since), self.ngram_min - 1, -1):
+            ends = self.ends.get(tuple(tokens[-n:]), [])
+            i = bisect.bisect_left(ends, s + n)  # the first occurrence that starts at s or later
+            if i < len(ends) and ends[i] <= min(s + n + self.RESUME, t):
+                m = self._match_back(tokens, ends[i], n, self.COMPARE)
+                return (ends[i], m) if since - m <= self.EDIT else None
+        return None
+
+    def _match_back(self, tokens: list[int], end: int, n: int, most: int) -> int:
+        """How many tokens (up to `most`) the occurrence ending at `end` matches of the text's end,
+        given that its last n do."""
+        m = n
+        while m < most and end - 1 - m >= 0 and tokens[end - 1 - m] == tokens[-1 - m]:
+            m += 1
+        return m
 
     def match(self, tokens: list[int]) -> tuple[int, int] | None:
         """(where the continuation starts, how many tokens match before it) for the longest suffix
-        of the text that occurred earlier in the text; None if no token of the text's end did."""
+        of the text that occurred earlier in the text, or where an edited copy resumes; None if no
+        token of the text's end occurred earlier."""
         self._sync(tokens)
         a = self.automaton
         state = a.link[a.last]
         length = a.length[state] if state > 0 else 0
         if length == 0:
             return None
+        since = self._follow_copy(tokens)
+        if since == 0 and self.copy[2] >= min(length, self.COMPARE):
+            # the text follows a copy at least as long as the longest match: what comes next there
+            return self.copy[1], self.copy[2]
+        if since and self.copy[2] >= self.COPIED:
+            resumed = self._resume(tokens, since)
+            if resumed is not None:
+                end, m = resumed
+                self.copy = (len(tokens), end, self.copy[2] + m)
+                return end, self.copy[2]
         start = a.first[state] + 1  # after the first occurrence
         n = min(length, self.ngram_max)
         if n >= self.ngram_min:
-            key = tuple(tokens[-n:])
-            end = self.index.get(key)
-            if end == len(tokens):  # the suffix itself: use the occurrence before it
-                end = self.prev.get(key)
-            if end is not None and end != start and end < len(tokens):
-                m, want = n, min(length, self.COMPARE)
-                while m < want and end - 1 - m >= 0 and tokens[end - 1 - m] == tokens[-1 - m]:
-                    m += 1
-                if m >= want:
-                    start = end
+            end = self.ends[tuple(tokens[-n:])][-2]  # the latest occurrence but the suffix itself
+            want = min(length, self.COMPARE)
+            if end != start and self._match_back(tokens, end, n, want) >= want:
+                start = end
+        # while the text may be inside an edit (EDIT tokens since it parted from its copy), the
+        # copy stays its source, to resume after it: the text's own earlier edit of the same name
+        # matches longer, but goes on like that earlier line rather than this one
+        if since is None or since == 0 or since > self.EDIT:
+            self.copy = (len(tokens), start, min(length, self.COMPARE))
         return start, length
 
     def _follow_corpus(self, tokens: list[int]) -> Follower | None:
@@ -131,6 +183,7 @@ class LookupProposer:
         if follower is not None and follower.matched > (here[1] if here else 0):
             cont = self.corpus.continuation(follower, most)
             if cont:
+                self.copy = None  # the corpus is the source now
                 return cont, follower.matched
         if here is None:
             return None

@@ -143,6 +143,33 @@ def test_lookup_follows_the_longest_match_and_says_how_long_it_is():
     assert p.propose([1, 2, 1], 3) == [2, 1] and p.match_len == 1  # one token is a match too
 
 
+def test_lookup_resumes_an_edited_copy_where_it_left_its_source():
+    """A module whose function LOAD is renamed NEW: after each renamed call the copy goes on from
+    its own line of the source, not from the latest line that matches (the text's own earlier
+    edit of a call, or the source's last call), and says how long the copy is."""
+    LOAD, NEW, CFG, PATH, END, RET, A, B = 50, 51, 52, 53, 54, 55, 60, 61
+    source = [9, 9, 8] + list(range(100, 120))  # a preamble the copy starts in
+    source += [RET, LOAD, CFG, PATH, A, END] + [RET, LOAD, CFG, PATH, B, END]
+    p = LookupProposer()
+    text = source + [7]
+
+    def decode(tokens: list[int], most: int = 2):
+        """Lookup at each new token, as decoding calls it; what it finds after the last."""
+        for t in tokens:
+            text.append(t)
+            found = p.find(text, most)
+        return found
+
+    decode(source[:23] + [RET, NEW])  # copied to the first call, LOAD renamed
+    cont, copied = decode([CFG])
+    assert cont == [PATH, A] and copied > 24  # not "PATH B" (the latest call's)
+    decode([PATH, A, END, RET, NEW])
+    # the text's own first call ("RET NEW CFG PATH A") matches longer, the copy is at the second
+    cont, copied = decode([CFG, PATH])
+    assert cont == [B, END] and copied > 30
+    assert LookupProposer().find(text, 2)[0] == [A, END]  # (without the copy)
+
+
 def test_lookup_proposes_more_after_a_long_match():
     costs = StepCosts(step1_s=0.004, relative={fed: 1.0 for fed in range(2, 10)})
     spec = Speculator(LookupProposer(), None, lookup_max=8, costs=costs)
