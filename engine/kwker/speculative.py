@@ -44,14 +44,18 @@ class LookupProposer:
     in the earlier texts of a `corpus` (a server's earlier requests), whichever match is longer.
 
     A suffix automaton of the text, extended token by token (amortized O(1) each), gives the
-    longest suffix with an earlier occurrence and the first such occurrence; an index of the last
-    n-grams (ngram_max down to ngram_min tokens) -> where each of their occurrences ends gives the
-    others. Of the occurrences that match as far back, the one nearest after the copy's cursor is
-    taken, else the latest (a text's latest version of a passage is the one being edited), else
-    the first. The cursor is where the text stopped following the source of the latest match: an
-    edit (a renamed name) ends a copy, and the copy resumes just after it, where a tie's latest
-    occurrence is often further down the source (`return load_config(path)[` instead of `def
-    load_config(path):`). The text is also streamed through the corpus's automaton (a Follower)."""
+    longest suffix with an earlier occurrence and the first such occurrence; an index of the
+    n-grams (ngram_min to ngram_max tokens) -> where each occurrence ends gives the latest, which is
+    taken when it matches as far back (a text's latest version of a passage is the one being
+    edited). The text is also streamed through the corpus's automaton (a Follower).
+
+    Lookup also keeps the copy under way (`copy`: where in the text the next token is expected),
+    as an editor's copy goes: while the text follows it, it proposes what comes next there; where
+    the text parts from it (an edit: a renamed name, a fixed typo), the copy resumes just after the
+    edit, near where it parted (`_resume`). The longest match is often elsewhere then: the text's
+    own earlier edit of the same line, an instruction that names the new name, the source's last
+    occurrence of the line (perf-notes #32).
+    """
 
     name = "lookup"
     COMPARE = 64  # tokens compared backwards to measure the latest occurrence's match
