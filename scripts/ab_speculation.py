@@ -7,19 +7,22 @@ the shared machine's drifts hit all alike; medians of the repeats. Every mode mu
 CHANGE (before -> after, as the code is now):
 - hope: the draft's widths chosen at its estimated acceptance -> at a hopeful bound (Speculator.HOPE; perf-notes
   #30). Lookup off; each generation starts from no measured costs, as the first text of a fresh process does.
-- lookup-carry: lookup's acceptance per match length starts from the 0.5 prior in each generation -> from where
-  the generation before left it (StepCosts.lookup_accept; perf-notes #32). Lookup on, no draft; the other costs
-  carry over as in the app.
+- lookup-copy: prompt lookup that follows the longest match -> that also follows the copy under way and
+  resumes it after an edit (LookupProposer.copy; perf-notes #32). Lookup alone; the costs carry over as in the
+  app.
 
     python scripts/ab_speculation.py hope int4 3 rewrite,code,chat,edit
-    python scripts/ab_speculation.py lookup-carry int4 5 edit,rewrite,code,chat
+    python scripts/ab_speculation.py lookup-copy int4 4 edit,rewrite,code,chat
 """
 
 import glob
 import os
 import statistics
+import subprocess
 import sys
+import types
 
+from kwker import generation
 from kwker.bench.speculation import TASKS
 from kwker.loading.load import load_decoder
 from kwker.precision import DRAFT
@@ -43,21 +46,30 @@ class Hope:
         pass
 
 
-class LookupCarry:
-    """Each side keeps its own record of lookup's acceptance; the step costs are shared."""
+class LookupCopy:
+    """Lookup alone, its proposer as at commit BEFORE (longest match, latest occurrence on a tie) ->
+    as now (it also follows the copy under way and resumes it after an edit)."""
+
+    BEFORE = "48dcc05"
 
     def __init__(self, target, draft):
-        self.kw, self.target, self.kept = dict(lookup=8), target, {}
+        source = subprocess.run(
+            ["git", "show", f"{self.BEFORE}:engine/kwker/speculative.py"],
+            capture_output=True, text=True, check=True, cwd=os.path.dirname(__file__),
+        ).stdout  # fmt: skip
+        old = sys.modules["speculative_before"] = types.ModuleType("speculative_before")
+        exec(compile(source, "speculative_before", "exec"), old.__dict__)
+        self.proposers = {False: old.LookupProposer, True: generation.LookupProposer}
+        self.kw = dict(lookup=8)
 
     def set_up(self, after: bool) -> None:
-        self.target._solo_costs.lookup_accept = dict(self.kept) if after else {}
+        generation.LookupProposer = self.proposers[after]
 
     def done(self, after: bool) -> None:
-        if after:
-            self.kept = dict(self.target._solo_costs.lookup_accept)
+        generation.LookupProposer = self.proposers[True]
 
 
-CHANGES = {"hope": Hope, "lookup-carry": LookupCarry}
+CHANGES = {"hope": Hope, "lookup-copy": LookupCopy}
 
 
 def main(change: str, precision: str, repeats: int, tasks: list[str]) -> None:

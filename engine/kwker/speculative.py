@@ -72,10 +72,11 @@ class LookupProposer:
     def _reset(self) -> None:
         # n-gram -> the position just after each of its occurrences, in order
         self.ends: dict[tuple[int, ...], list[int]] = {}
-        # (t, s, copied): the text's token t is expected to copy its token s (the source of a
-        # match, followed as far as the text agreed with it, across edits), after `copied` tokens
-        # copied from there; None: no copy under way
-        self.copy: tuple[int, int, int] | None = None
+        # (t, s, copied, run): the text's token t is expected to copy its token s (the source of
+        # a match, followed as far as the text agreed with it, across edits), after `copied`
+        # tokens copied from there, the last `run` of them since the latest edit (the length of
+        # the match it proposes from); None: no copy under way
+        self.copy: tuple[int, int, int, int] | None = None
         self.indexed = 0  # tokens[:indexed] are in the index and the automaton
         self.tokens: list[int] = []
         self.automaton = SuffixAutomaton()
@@ -102,11 +103,11 @@ class LookupProposer:
         that is more than COMPARE)."""
         if self.copy is None:
             return None
-        t, s, copied = self.copy
+        t, s, copied, run = self.copy
         while t < len(tokens) and tokens[t] == tokens[s]:
-            t, s, copied = t + 1, s + 1, copied + 1
+            t, s, copied, run = t + 1, s + 1, copied + 1, run + 1
         since = len(tokens) - t
-        self.copy = (t, s, copied) if since <= self.COMPARE else None
+        self.copy = (t, s, copied, run) if since <= self.COMPARE else None
         return since if self.copy else None
 
     def _resume(self, tokens: list[int], since: int) -> tuple[int, int] | None:
@@ -114,7 +115,7 @@ class LookupProposer:
         (n from ngram_max down, at most `since`) that starts within RESUME tokens after where the
         text parted from the source, if the tokens since then match it but for at most EDIT of
         them. (where its continuation starts, how many tokens match before it), or None."""
-        t, s, _ = self.copy
+        t, s, _, _ = self.copy
         for n in range(min(self.ngram_max, since), self.ngram_min - 1, -1):
             ends = self.ends.get(tuple(tokens[-n:]), [])
             i = bisect.bisect_left(ends, s + n)  # the first occurrence that starts at s or later
@@ -144,13 +145,13 @@ class LookupProposer:
         since = self._follow_copy(tokens)
         if since == 0 and self.copy[2] >= min(length, self.COMPARE):
             # the text follows a copy at least as long as the longest match: what comes next there
-            return self.copy[1], self.copy[2]
+            return self.copy[1], self.copy[3]
         if since and self.copy[2] >= self.COPIED:
             resumed = self._resume(tokens, since)
             if resumed is not None:
                 end, m = resumed
-                self.copy = (len(tokens), end, self.copy[2] + m)
-                return end, self.copy[2]
+                self.copy = (len(tokens), end, self.copy[2] + m, m)
+                return resumed
         start = a.first[state] + 1  # after the first occurrence
         n = min(length, self.ngram_max)
         if n >= self.ngram_min:
@@ -162,7 +163,7 @@ class LookupProposer:
         # copy stays its source, to resume after it: the text's own earlier edit of the same name
         # matches longer, but goes on like that earlier line rather than this one
         if since is None or since == 0 or since > self.EDIT:
-            self.copy = (len(tokens), start, min(length, self.COMPARE))
+            self.copy = (len(tokens), start, *(min(length, self.COMPARE),) * 2)
         return start, length
 
     def _follow_corpus(self, tokens: list[int]) -> Follower | None:
@@ -437,11 +438,6 @@ class StepCosts:
     # sequence that started from 0.6 waited for its first probe before a draft that had been
     # accepted 95% of the time proposed again)
     draft_accept: dict[int, float] = field(default_factory=dict)
-    # lookup's acceptance per match-length bucket (Speculator.MATCH_BUCKETS) at the end of the
-    # latest sequence: the next one's prior. How often a copied run of the text goes on being copied
-    # is a property of the model and the kind of text more than of one answer; from the 0.5 prior,
-    # the next answer of an edit took 8 steps of 2-4 tokens to reach the widths its long matches paid
-    lookup_accept: dict[int, float] = field(default_factory=dict)
     # id(draft) -> the time of catching up on one token of the text (a proposal's prefill of what
     # the draft has not seen: the prompt, a run of lookup's tokens, the steps it sat out) / 1-token step
     draft_catch_up: dict[int, float] = field(default_factory=dict)
@@ -485,7 +481,7 @@ class Speculator:
     draft's k-token proposal for the draft): it proposes the k with the best ratio, and nothing when no k beats a
     plain step. Until the 1-token step that every other cost is relative to has been measured, steps are plain.
     The costs can come from earlier sequences (`costs`, see StepCosts): a generation then starts with the widths,
-    the draft costs and the acceptances they measured instead of learning them again.
+    the draft costs and the draft's acceptance they measured instead of learning them again.
 
     A draft cannot lock itself out: a draft with no measured cost first proposes FIRST_DRAFT_WIDTH tokens (a
     width at which a draft of a few tenths of a step can pay; one token rarely does, and a controller that grows
@@ -576,8 +572,10 @@ class Speculator:
         if costs is not None and self._draft_key in costs.draft_accept:
             self.accept["draft"] = costs.draft_accept[self._draft_key]
         self.costs = costs if costs is not None else StepCosts()
-        # lookup's acceptance per bucket of match length (MATCH_BUCKETS), from the earlier sequences'
-        self.match_accept: dict[int, float] = dict(self.costs.lookup_accept)
+        # lookup's acceptance per bucket of match length (MATCH_BUCKETS): not carried over from
+        # the earlier sequences, whose kind of text may differ (perf-notes #32: an edit's records
+        # made a story's lookup propose 2.4x the tokens, 0.96x -> 0.89x plain)
+        self.match_accept: dict[int, float] = {}
         self._bucket: int | None = None  # of the lookup proposal (or shadow) of this step
         self.clock = clock
         # an earlier sequence measured the 1-token step: no plain warm-up
@@ -914,9 +912,10 @@ class Speculator:
                 self._learn_match(right, 0.1)
 
     def _learn_match(self, accepted: float, weight: float) -> None:
-        """Lookup's acceptance after a match of this step's bucket, for this sequence and the next."""
-        a = _ema(self._lookup_accept(self._bucket), accepted, weight=weight)
-        self.match_accept[self._bucket] = self.costs.lookup_accept[self._bucket] = a
+        """Lookup's acceptance after a match of this step's bucket."""
+        self.match_accept[self._bucket] = _ema(
+            self._lookup_accept(self._bucket), accepted, weight=weight
+        )
 
 
 def _ema(old: float, new: float, weight: float = 0.2) -> float:

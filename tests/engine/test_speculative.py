@@ -146,7 +146,7 @@ def test_lookup_follows_the_longest_match_and_says_how_long_it_is():
 def test_lookup_resumes_an_edited_copy_where_it_left_its_source():
     """A module whose function LOAD is renamed NEW: after each renamed call the copy goes on from
     its own line of the source, not from the latest line that matches (the text's own earlier
-    edit of a call, or the source's last call), and says how long the copy is."""
+    edit of a call, or the source's last call), and says how long its match is since the edit."""
     LOAD, NEW, CFG, PATH, END, RET, A, B = 50, 51, 52, 53, 54, 55, 60, 61
     source = [9, 9, 8] + list(range(100, 120))  # a preamble the copy starts in
     source += [RET, LOAD, CFG, PATH, A, END] + [RET, LOAD, CFG, PATH, B, END]
@@ -161,12 +161,10 @@ def test_lookup_resumes_an_edited_copy_where_it_left_its_source():
         return found
 
     decode(source[:23] + [RET, NEW])  # copied to the first call, LOAD renamed
-    cont, copied = decode([CFG])
-    assert cont == [PATH, A] and copied > 24  # not "PATH B" (the latest call's)
+    assert decode([CFG]) == ([PATH, A], 1)  # not "PATH B" (the latest call's)
     decode([PATH, A, END, RET, NEW])
     # the text's own first call ("RET NEW CFG PATH A") matches longer, the copy is at the second
-    cont, copied = decode([CFG, PATH])
-    assert cont == [B, END] and copied > 30
+    assert decode([CFG, PATH]) == ([B, END], 2)
     assert LookupProposer().find(text, 2)[0] == [A, END]  # (without the copy)
 
 
@@ -183,9 +181,10 @@ def test_lookup_proposes_more_after_a_long_match():
     assert spec.match_accept.keys() == {16}
 
 
-def test_lookups_acceptance_by_match_length_carries_over_to_the_next_sequence():
-    """An edit's next answer proposes its long matches at the width the one before learnt to pay,
-    not from the 0.5 prior (perf-notes #32); a bucket this sequence did not see keeps the prior."""
+def test_lookups_acceptance_by_match_length_is_learnt_per_answer():
+    """What lookup's proposals after long matches earned in one answer (an edit's) does not carry
+    over to the next, which may be a story: there it made lookup propose 2.4x the tokens, for
+    0.89x plain against 0.96x (perf-notes #32). The step costs do carry over."""
     costs = StepCosts(step1_s=0.004, relative={fed: 1.0 + 0.15 * (fed - 1) for fed in range(2, 26)})
     passage = list(range(100, 160))
     text = passage + [1] + passage[:30]  # 30 tokens copied so far: a match of the 16+ bucket
@@ -195,18 +194,10 @@ def test_lookups_acceptance_by_match_length_carries_over_to_the_next_sequence():
     assert source == "lookup" and narrow <= 3  # at the prior, a wide step does not pay
     for _ in range(6):  # every proposal after a long match is kept
         first.feedback(source, len(cands), len(cands), len(cands) + 1, 0.005, None)
-    assert first.match_accept[16] > 0.85
+    assert first.match_accept[16] > 0.85 and len(first.propose(text, room=50)[1]) > 2 * narrow
     second = Speculator(LookupProposer(), None, lookup_max=8, costs=costs)
-    assert second.match_accept == first.match_accept and second.accept["lookup"] == 0.5
-    source, cands = second.propose(text, room=50)
-    assert source == "lookup" and len(cands) > 2 * narrow
-    assert cands == passage[30 : 30 + len(cands)]
-    # a short match still starts from the prior (its bucket was not learnt)
-    short = [5, 1, 2, 9, 7, 1, 2]
-    prior = Speculator(
-        LookupProposer(), None, lookup_max=8, costs=StepCosts(0.004, relative=costs.relative)
-    )
-    assert second.propose(short, room=50) == prior.propose(short, room=50) == ("lookup", [9, 7])
+    assert second.match_accept == {} and second.costs.relative == first.costs.relative
+    assert len(second.propose(text, room=50)[1]) == narrow
 
 
 def test_step_times_measured_by_earlier_sequences_let_a_new_one_propose_at_once():
