@@ -134,7 +134,12 @@ def smollm2_gguf() -> Path:
 def llama_cpp_server(tmp: Path, key: str = "llama-test-key-77c2"):
     """llama-cpp-python's OpenAI-compatible server on the SmolLM2 GGUF, one thread."""
     port = free_port()
-    cmd = [sys.executable, "-m", "llama_cpp.server", "--model", str(smollm2_gguf())]
+    # python -m llama_cpp.server, kept off llama.cpp's AMX matmul, which crashes on CPUs with AMX
+    launch = (
+        "import runpy; from kwker.llama_cpp_amx import keep_llama_cpp_off_amx; "
+        "keep_llama_cpp_off_amx(); runpy.run_module('llama_cpp.server', run_name='__main__')"
+    )
+    cmd = [sys.executable, "-c", launch, "--model", str(smollm2_gguf())]
     cmd += ["--host", "127.0.0.1", "--port", str(port), "--n_threads", "1", "--n_ctx", "2048"]
     cmd += ["--model_alias", "smollm2", "--api_key", key, "--verbose", "false"]
     with _started("llama.cpp", cmd, tmp, key, port) as server:

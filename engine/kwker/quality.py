@@ -83,6 +83,9 @@ def llama_cpp_log_probs(path, ids: list[int], threads: int | None = None) -> tor
     import numpy as np
     from llama_cpp import Llama
 
+    from kwker.llama_cpp_amx import keep_llama_cpp_off_amx
+
+    keep_llama_cpp_off_amx()
     llm = Llama(
         model_path=str(path),
         n_ctx=len(ids),

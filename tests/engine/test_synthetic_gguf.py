@@ -12,6 +12,8 @@ import torch
 from gguf import GGMLQuantizationType as Q
 from gguf.quants import dequantize
 
+from kwker.llama_cpp_amx import cpu_has_amx, keep_llama_cpp_off_amx
+
 QUANT_TYPES = list(sg.SCALE_FIELDS)
 
 
@@ -191,6 +193,10 @@ def test_transformers_loads_the_tiny_model(tiny_files, matrix_type):
 def test_llama_cpp_loads_and_generates(tiny_files):
     # llama.cpp (the bench extra) is the reader that uses rope_freqs.weight and general.file_type
     llama_cpp = pytest.importorskip("llama_cpp")
+    # its AMX matmul (a prompt of more than one row) crashes on CPUs with AMX: kwker.llama_cpp_amx
+    off_amx = keep_llama_cpp_off_amx()
+    assert off_amx == cpu_has_amx()
+    assert llama_cpp.llama_cpp.llama_model_default_params().use_extra_bufts == (not off_amx)
     model = llama_cpp.Llama(
         str(tiny_files["Q4_K_M"]), n_ctx=64, n_threads=1, verbose=False, logits_all=True
     )

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import torch
 
+from kwker.llama_cpp_amx import NOTE as AMX_NOTE
+from kwker.llama_cpp_amx import cpu_has_amx, keep_llama_cpp_off_amx
 from kwker.precision import PRECISIONS
 
 LLAMA_CPP = ("llama.cpp", "llamacpp", "llama_cpp")  # the names --vs takes for llama.cpp
@@ -86,6 +88,7 @@ class LlamaCppEngine:
     def __init__(self, gguf_path, threads, n_ctx, fmt):
         from llama_cpp import Llama
 
+        keep_llama_cpp_off_amx()
         self.name = f"llama.cpp {fmt}"
         self.llm = Llama(
             model_path=str(gguf_path),
@@ -122,6 +125,7 @@ class LlamaCppLookup:
         from llama_cpp import Llama
         from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
 
+        keep_llama_cpp_off_amx()
         self.fmt = fmt
         args = dict(
             model_path=str(gguf_path),
@@ -191,6 +195,8 @@ def llama_cpp_engines(model_spec, precision, threads, n_ctx, out, source_only=Fa
         runs = [(peer_gguf(src, fmt), fmt) for fmt in spec.gguf]
         if types <= spec.gguf_kept:
             runs.append((src, f"{'+'.join(sorted(types))} (source file)"))
+    if cpu_has_amx():
+        out(f"llama.cpp runs {AMX_NOTE}")
     try:
         for fmt in () if source_only else spec.llama_quantize:
             path = recipe_gguf(src, fmt, threads)
@@ -215,6 +221,8 @@ def llama_lookup_peer(model_spec, precision, threads, out) -> LlamaCppLookup | N
         out(f"llama.cpp: no GGUF format matches {precision}: its prompt lookup skipped")
         return None
     gguf_path = peer_gguf(src, formats[0])
+    if cpu_has_amx():
+        out(f"llama.cpp's prompt lookup runs {AMX_NOTE}")
     try:
         return LlamaCppLookup(gguf_path, formats[0], threads)
     except ImportError:
