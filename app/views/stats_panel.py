@@ -14,8 +14,8 @@ from PySide6.QtWidgets import QFormLayout, QLabel, QVBoxLayout, QWidget
 SPEEDUP_MIN_TOKENS = 16
 SPEEDUP_TIP = (
     "How much faster this answer's tokens came than plain decoding would have given them: the "
-    "typical time of its steps against that of its own plain one-token steps, both measured "
-    "while it was written (1.00× when speculation proposed nothing)."
+    "typical time of its steps against that of plain one-token steps: the latest 32, its own "
+    "and the ones before it (1.00× when speculation proposed nothing)."
 )
 SERVER_FIGURES = "reported by the server (Kwker)"
 CLIENT_FIGURES = "measured by this app from the streamed tokens: this server reports no figures"
@@ -156,10 +156,16 @@ class StatsPanel(QWidget):
         else:
             self.speedup.setText("measuring…" if not final else "–")
         if plain:
-            steps = "step" if plain == 1 else "steps"
+            # an answer with few plain steps is measured against the decoder's earlier ones too
+            # (GenerationStats.reference_steps): the first steps after a prompt run slower
+            reference = s.get("reference_steps", plain)
+            steps = "step" if reference == 1 else "steps"
+            where = (
+                "in this answer" if reference == plain else f"(the latest; {plain} in this answer)"
+            )
             self.reference.setText(
-                f"{s['plain_tokens_per_s']:.1f} tokens/s: the median of {plain} plain one-token "
-                f"{steps} in this answer"
+                f"{s['plain_tokens_per_s']:.1f} tokens/s: the median of {reference} plain "
+                f"one-token {steps} {where}"
             )
         elif final:  # not the previous answer's figure
             self.reference.setText("no plain step in this answer")

@@ -424,6 +424,7 @@ class StepCosts:
     TIMINGS: ClassVar[int] = 5
     TRUSTED: ClassVar[int] = 3
     STALE: ClassVar[int] = 100
+    PLAIN_REFERENCE: ClassVar[int] = 32
 
     step1_s: float = 0.0
     # fed tokens (2+) -> the latest TIMINGS times of a step that fed them, each / the 1-token step
@@ -441,6 +442,14 @@ class StepCosts:
     # id(draft) -> the time of catching up on one token of the text (a proposal's prefill of what
     # the draft has not seen: the prompt, a run of lookup's tokens, the steps it sat out) / 1-token step
     draft_catch_up: dict[int, float] = field(default_factory=dict)
+    # the latest PLAIN_REFERENCE 1-token step times (s) of the sequences it served, as their
+    # statistics time them: what a later answer's speedup is measured against, beside its own
+    # (GenerationStats.plain_before)
+    plain_s: list[float] = field(default_factory=list)
+
+    def add_plain(self, seconds: float) -> None:
+        self.plain_s.append(seconds)
+        del self.plain_s[: -self.PLAIN_REFERENCE]
 
     def _stale(self, fed: int) -> bool:
         return self.recorded - self.recorded_at.get(fed, self.recorded) > self.STALE
@@ -532,9 +541,10 @@ class Speculator:
     MATCH_BUCKETS = (1, 2, 4, 8, 16)
     LONG_MATCH = 16
     LONG_LOOKUP = 3
-    # A generation's speedup is measured against its own plain steps (GenerationStats.speedup): where
-    # speculation proposes at every step, a plain step is taken once REFERENCE_GAP steps have passed
-    # without one, until the generation has REFERENCE_STEPS of them (a few tokens' worth of time).
+    # A generation's speedup is measured against plain steps, its own last (GenerationStats.
+    # speedup): where speculation proposes at every step, a plain step is taken once REFERENCE_GAP
+    # steps have passed without one, until the generation has REFERENCE_STEPS of them (a few
+    # tokens' worth of time).
     REFERENCE_STEPS = 4
     REFERENCE_GAP = 16
     # A tree: beside a draft's chain, one branch that shares the chain's first i tokens and

@@ -8,8 +8,8 @@
 Each Linear's weight is packed once, at its first call, into the kernels' panel layout (a copy: the model keeps
 its own tensors) and repacked if the weight changes in place. The matmuls run on one persistent pool of native
 threads. Calls that need autograd, or that are not float32 on the CPU, go to torch's own Linear. Results are the
-same FMA-chain float32 sums as the native decoder's (not bit-identical to torch's BLAS, which sums in another
-order); greedy tokens are tested to match on the real model.
+same FMA-chain float32 sums as the native decoder's (not always bit-identical to torch's BLAS, which may sum
+in another order); greedy tokens are tested to match on the real model.
 """
 
 from __future__ import annotations

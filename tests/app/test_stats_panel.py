@@ -40,3 +40,13 @@ def test_a_short_finished_answer_shows_its_speedup(qtbot):
     assert panel.speedup.text() == "0.98×"
     panel.update_stats(stats(1, None, plain_steps=0), final=True)  # one token: no step to measure
     assert panel.speedup.text() == "–"
+
+
+def test_the_plain_line_says_when_earlier_answers_steps_are_in_the_reference(qtbot):
+    panel = StatsPanel()
+    qtbot.addWidget(panel)
+    panel.set_model(MODEL)
+    panel.update_stats({**stats(40, 3.2, plain_steps=1), "reference_steps": 32}, final=True)
+    assert panel.reference.text() == (
+        "200.0 tokens/s: the median of 32 plain one-token steps (the latest; 1 in this answer)"
+    )

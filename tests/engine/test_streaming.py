@@ -5,7 +5,7 @@ import time
 from helpers import tiny_llama
 
 from kwker.decode import KwkDecoder
-from kwker.streaming import StreamingDetokenizer
+from kwker.streaming import GenerationStats, StreamingDetokenizer
 
 PROMPT = [4, 8, 15, 16, 23, 42]
 
@@ -106,3 +106,29 @@ def test_detokenizer_never_emits_half_a_character():
     assert "".join(pieces) + detok.flush() == text
     assert all("\ufffd" not in p for p in pieces)
     assert pieces[1] == "" and pieces[2] == "é"  # held back until the second byte arrives
+
+
+def test_an_answer_with_few_plain_steps_is_measured_against_the_decoders_latest_ones():
+    """One cold plain step (the first after prefill runs slower) is not the whole reference: the
+    speedup's plain step is the median of the latest 32, the decoder's earlier ones included."""
+    s = GenerationStats(new_tokens=18, plain_before=[0.010] * 40)
+    s.add_step(None, 1, 0.014)  # the answer's only plain step
+    for _ in range(4):
+        s.add_step("lookup", 5, 0.020)
+    assert s.reference_steps == [0.010] * 31 + [0.014] and s.plain_step_s == 0.010
+    assert s.speedup == 17 * 0.010 / (0.014 + 4 * 0.020)  # not 17 * 0.014 / ... (2.5x)
+    assert s.summary()["reference_steps"] == 32 and s.summary()["plain_steps"] == 1
+    plain = GenerationStats(new_tokens=3, plain_before=[0.010] * 40)
+    plain.add_step(None, 1, 0.014)
+    plain.add_step(None, 1, 0.012)
+    assert plain.speedup == 1.0  # nothing proposed: this answer was plain decoding
+
+
+def test_the_decoder_hands_its_latest_plain_steps_to_the_next_answer():
+    dec = make()
+    dec.generate(PROMPT, max_new_tokens=12, eos_token_id=[], lookup=0)
+    first = dec.last_stats.step_times[("plain", 1)]
+    assert dec.last_stats.plain_before == [] and len(first) == 11
+    dec.generate(PROMPT, max_new_tokens=12, eos_token_id=[], lookup=0)
+    s = dec.last_stats
+    assert s.plain_before == first and s.reference_steps == first + s.step_times[("plain", 1)]

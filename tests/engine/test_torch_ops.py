@@ -59,9 +59,10 @@ def test_same_greedy_tokens_and_close_logits(make):
         assert torch.nn.Linear.forward is not original
         with torch.no_grad():
             logits = model(PROMPT).logits
-        assert not torch.equal(
-            logits, ref_logits
-        )  # really another kernel (its own summation order)...
+        # every Linear ran on the native kernels (packed at its first call)... (their sums may or may
+        # not equal the BLAS's to the bit: on a Xeon with AMX, torch's sgemm gave the same bits)
+        linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
+        assert linears and all(m in ops._packed for m in linears)
         assert (
             float((logits - ref_logits).abs().max() / ref_logits.abs().max()) < 1e-5
         )  # ...of the same sums
