@@ -22,7 +22,8 @@ CLIENT_FIGURES = "measured by this app from the streamed tokens: this server rep
 NO_SPEEDUP_TIP = "This server does not report how its tokens were decoded: no speedup to show."
 ALL_SPECULATED_TIP = (
     "Every step of this answer verified tokens that speculation proposed (an answer that quotes "
-    "its prompt, a document say): there is no plain one-token step in it to measure against. "
+    "its prompt, a document say), and no earlier answer of this model ran a plain one-token step: "
+    "there is none to measure against. "
     "The exactness split view (Compare…) times plain decoding on the same prompt."
 )
 
@@ -145,30 +146,32 @@ class StatsPanel(QWidget):
             self.chart.set_samples(self.samples)
         self.rate.setText(f"{rate:.1f} tokens/s")
         speedup, plain = s.get("speedup"), s.get("plain_steps", 0)
+        reference = s.get("reference_steps", plain)  # plain steps the speedup is measured against
         if speedup is not None and (final or s.get("new_tokens", 0) >= SPEEDUP_MIN_TOKENS):
             self.speedup.setText(f"{speedup:.2f}×")
             self.speedup.setToolTip(SPEEDUP_TIP)
-        elif final and s.get("steps") and not plain:
+        elif final and s.get("steps") and not reference:
             # no plain step to measure against: an answer that copied its prompt (a quoted
             # document) from the first step to the last
             self.speedup.setText("every step speculated")
             self.speedup.setToolTip(ALL_SPECULATED_TIP)
         else:
             self.speedup.setText("measuring…" if not final else "–")
-        if plain:
-            # an answer with few plain steps is measured against the decoder's earlier ones too
-            # (GenerationStats.reference_steps): the first steps after a prompt run slower
-            reference = s.get("reference_steps", plain)
+        if reference:
+            # an answer with few plain steps (or none) is measured against the decoder's earlier ones
+            # too (GenerationStats.reference_steps): the first steps after a prompt run slower
             steps = "step" if reference == 1 else "steps"
             where = (
-                "in this answer" if reference == plain else f"(the latest; {plain} in this answer)"
+                "in this answer"
+                if reference == plain
+                else f"(the latest; {plain or 'none'} in this answer)"
             )
             self.reference.setText(
                 f"{s['plain_tokens_per_s']:.1f} tokens/s: the median of {reference} plain "
                 f"one-token {steps} {where}"
             )
         elif final:  # not the previous answer's figure
-            self.reference.setText("no plain step in this answer")
+            self.reference.setText("no plain step measured yet")
         fresh = s.get("prompt_tokens", 0) - s.get("reused_prompt_tokens", 0)
         self.prefill.setText(
             f"{fresh} new tokens in {s.get('prefill_s', 0) * 1000:.0f} ms "

@@ -69,8 +69,9 @@ class GenerationStats:
 
     @property
     def plain_step_s(self) -> float:
-        """The median time of the reference's 1-token steps (0 before this answer ran one)."""
-        return median(self.reference_steps) if self.plain_steps else 0.0
+        """The median time of the reference's 1-token steps (0 when it has none)."""
+        reference = self.reference_steps
+        return median(reference) if reference else 0.0
 
     @property
     def speedup(self) -> float | None:
@@ -78,10 +79,11 @@ class GenerationStats:
         (new tokens after the first) x the median plain step (plain_step_s), over the steps'
         typical time (per kind of step, its count x its median time). The medians keep a step that
         a busy machine held up from swaying either side. Exactly 1.0 when nothing was proposed
-        (every step was plain: this answer was plain decoding); None before a plain step ran."""
-        if not self.plain_steps:
+        (every step was plain: this answer was plain decoding); None before a step ran, or while
+        neither this answer nor the decoder's earlier ones has run a plain step."""
+        if not self.step_times or not self.reference_steps:
             return None
-        if len(self.step_times) == 1:
+        if set(self.step_times) == {(PLAIN, 1)}:
             return 1.0
         typical = sum(len(t) * median(t) for t in self.step_times.values())
         return (self.new_tokens - 1) * self.plain_step_s / typical
@@ -102,7 +104,7 @@ class GenerationStats:
             "draft_s": self.draft_s,
             "speedup": self.speedup,  # None before a plain step was measured
             "plain_steps": self.plain_steps,
-            "reference_steps": len(self.reference_steps) if self.plain_steps else 0,
+            "reference_steps": len(self.reference_steps),
             "plain_tokens_per_s": 1 / self.plain_step_s if self.plain_step_s else 0.0,
         }
 

@@ -50,3 +50,21 @@ def test_the_plain_line_says_when_earlier_answers_steps_are_in_the_reference(qtb
     assert panel.reference.text() == (
         "200.0 tokens/s: the median of 32 plain one-token steps (the latest; 1 in this answer)"
     )
+
+
+def test_an_answer_without_plain_steps_shows_a_speedup_against_earlier_ones(qtbot):
+    panel = StatsPanel()
+    qtbot.addWidget(panel)
+    panel.set_model(MODEL)
+    panel.update_stats(
+        {**stats(40, 4.1, plain_steps=0), "reference_steps": 32, "steps": 6}, final=True
+    )
+    assert panel.speedup.text() == "4.10×"
+    assert panel.reference.text() == (
+        "200.0 tokens/s: the median of 32 plain one-token steps (the latest; none in this answer)"
+    )
+    panel.update_stats(
+        {**stats(40, None, plain_steps=0), "reference_steps": 0, "steps": 6}, final=True
+    )
+    assert panel.speedup.text() == "every step speculated"
+    assert panel.reference.text() == "no plain step measured yet"

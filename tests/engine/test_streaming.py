@@ -132,3 +132,16 @@ def test_the_decoder_hands_its_latest_plain_steps_to_the_next_answer():
     dec.generate(PROMPT, max_new_tokens=12, eos_token_id=[], lookup=0)
     s = dec.last_stats
     assert s.plain_before == first and s.reference_steps == first + s.step_times[("plain", 1)]
+
+
+def test_an_answer_without_plain_steps_is_measured_against_earlier_ones_if_there_are_any():
+    s = GenerationStats(new_tokens=9, plain_before=[0.010] * 5)
+    for _ in range(2):
+        s.add_step("lookup", 5, 0.020)
+    assert s.plain_steps == 0 and s.speedup == 8 * 0.010 / (2 * 0.020)
+    assert s.summary()["reference_steps"] == 5
+    alone = GenerationStats(new_tokens=9)  # a fresh decoder's answer that copied from the start
+    for _ in range(2):
+        alone.add_step("lookup", 5, 0.020)
+    assert alone.speedup is None and alone.plain_step_s == 0.0
+    assert GenerationStats(new_tokens=1, plain_before=[0.010]).speedup is None  # no step yet
