@@ -24,6 +24,7 @@ from typing import ClassVar
 
 import numpy as np
 
+from kwker.streaming import GenerationStats
 from kwker.suffix import Follower, SuffixAutomaton, SuffixCache
 
 
@@ -424,7 +425,6 @@ class StepCosts:
     TIMINGS: ClassVar[int] = 5
     TRUSTED: ClassVar[int] = 3
     STALE: ClassVar[int] = 100
-    PLAIN_REFERENCE: ClassVar[int] = 32
 
     step1_s: float = 0.0
     # fed tokens (2+) -> the latest TIMINGS times of a step that fed them, each / the 1-token step
@@ -442,14 +442,14 @@ class StepCosts:
     # id(draft) -> the time of catching up on one token of the text (a proposal's prefill of what
     # the draft has not seen: the prompt, a run of lookup's tokens, the steps it sat out) / 1-token step
     draft_catch_up: dict[int, float] = field(default_factory=dict)
-    # the latest PLAIN_REFERENCE 1-token step times (s) of the sequences it served, as their
-    # statistics time them: what a later answer's speedup is measured against, beside its own
-    # (GenerationStats.plain_before)
+    # the latest GenerationStats.PLAIN_REFERENCE 1-token step times (s) of the sequences it
+    # served, as their statistics time them: what a later answer's speedup is measured against,
+    # beside its own (GenerationStats.plain_before)
     plain_s: list[float] = field(default_factory=list)
 
     def add_plain(self, seconds: float) -> None:
         self.plain_s.append(seconds)
-        del self.plain_s[: -self.PLAIN_REFERENCE]
+        del self.plain_s[: -GenerationStats.PLAIN_REFERENCE]
 
     def _stale(self, fed: int) -> bool:
         return self.recorded - self.recorded_at.get(fed, self.recorded) > self.STALE

@@ -102,7 +102,7 @@ class GenerationStats:
             "proposed": dict(self.proposed),
             "accepted": dict(self.accepted),
             "draft_s": self.draft_s,
-            "speedup": self.speedup,  # None before a plain step was measured
+            "speedup": self.speedup,  # None with no plain step to measure against
             "plain_steps": self.plain_steps,
             "reference_steps": len(self.reference_steps),
             "plain_tokens_per_s": 1 / self.plain_step_s if self.plain_step_s else 0.0,
