@@ -15,7 +15,8 @@ SPEEDUP_MIN_TOKENS = 16
 SPEEDUP_TIP = (
     "How much faster this answer's tokens came than plain decoding would have given them: the "
     "typical time of its steps against that of plain one-token steps: the latest 32, its own "
-    "and the ones before it (1.00× when speculation proposed nothing)."
+    "and the ones before it, leaving out each answer's first four steps, which run slower after "
+    "the prompt (1.00× when speculation proposed nothing)."
 )
 SERVER_FIGURES = "reported by the server (Kwker)"
 CLIENT_FIGURES = "measured by this app from the streamed tokens: this server reports no figures"
@@ -158,13 +159,14 @@ class StatsPanel(QWidget):
         else:
             self.speedup.setText("measuring…" if not final else "–")
         if reference:
-            # an answer with few plain steps (or none) is measured against the decoder's earlier ones
-            # too (GenerationStats.reference_steps): the first steps after a prompt run slower
+            # the warm plain steps, the decoder's latest and this answer's (GenerationStats.
+            # reference_steps): the first steps after a prompt run slower
+            own = s.get("reference_own", plain)
             steps = "step" if reference == 1 else "steps"
             where = (
                 "in this answer"
-                if reference == plain
-                else f"(the latest; {plain or 'none'} in this answer)"
+                if reference == own
+                else f"(the latest; {own or 'none'} in this answer)"
             )
             self.reference.setText(
                 f"{s['plain_tokens_per_s']:.1f} tokens/s: the median of {reference} plain "

@@ -35,7 +35,7 @@ class SequenceState:
         self.slot: int | None = None  # the runner's slot, from admission (see place)
         self.prefilled = 0  # prompt tokens whose K/V are in the cache
         self.stats = GenerationStats(
-            prompt_tokens=len(prompt), plain_before=list(spec.costs.plain_s)
+            prompt_tokens=len(prompt), plain_before=[t for _, t in spec.costs.plain_s]
         )
         self.detok = StreamingDetokenizer(tokenizer) if tokenizer is not None else None
         self.eos = set(sampler.params.eos_token_ids)
@@ -156,9 +156,8 @@ class SequenceState:
         chunks = self._emit(new, kept, self._logprobs(rows, new))
         now = time.perf_counter()
         self.stats.decode_s = now - self.first_token_at
-        self.stats.add_step(self._source, fed, now - self._planned_at)
-        if self._source is None and fed == 1:
-            self.spec.costs.add_plain(now - self._planned_at)
+        if self.stats.add_step(self._source, fed, now - self._planned_at):
+            self.spec.costs.add_plain(now - self._planned_at, now)
         return chunks
 
     def _verify(self, argmax, logits, branch: Rows | None):

@@ -442,14 +442,18 @@ class StepCosts:
     # id(draft) -> the time of catching up on one token of the text (a proposal's prefill of what
     # the draft has not seen: the prompt, a run of lookup's tokens, the steps it sat out) / 1-token step
     draft_catch_up: dict[int, float] = field(default_factory=dict)
-    # the latest GenerationStats.PLAIN_REFERENCE 1-token step times (s) of the sequences it
-    # served, as their statistics time them: what a later answer's speedup is measured against,
-    # beside its own (GenerationStats.plain_before)
-    plain_s: list[float] = field(default_factory=list)
+    # the latest GenerationStats.PLAIN_REFERENCE warm 1-token steps of the sequences it served, as
+    # (when, seconds) by their statistics' clock (time.perf_counter): what a later answer's speedup
+    # is measured against, beside its own (GenerationStats.plain_before)
+    plain_s: list[tuple[float, float]] = field(default_factory=list)
 
-    def add_plain(self, seconds: float) -> None:
-        self.plain_s.append(seconds)
+    def add_plain(self, seconds: float, at: float) -> None:
+        self.plain_s.append((at, seconds))
         del self.plain_s[: -GenerationStats.PLAIN_REFERENCE]
+
+    def recent_plain(self, now: float, age: float) -> int:
+        """How many of plain_s were timed in the latest `age` seconds."""
+        return sum(now - at <= age for at, _ in self.plain_s)
 
     def _stale(self, fed: int) -> bool:
         return self.recorded - self.recorded_at.get(fed, self.recorded) > self.STALE
@@ -541,12 +545,16 @@ class Speculator:
     MATCH_BUCKETS = (1, 2, 4, 8, 16)
     LONG_MATCH = 16
     LONG_LOOKUP = 3
-    # A generation's speedup is measured against plain steps, its own last (GenerationStats.
-    # speedup): where speculation proposes at every step, a plain step is taken once REFERENCE_GAP
-    # steps have passed without one, until the generation has REFERENCE_STEPS of them (a few
-    # tokens' worth of time).
+    # A generation's speedup is measured against warm plain steps (GenerationStats.reference_steps:
+    # none of a generation's first COLD_STEPS), the decoder's latest and its own. Where speculation
+    # proposes at every step, a plain step is taken once REFERENCE_GAP steps have passed without
+    # one, while the decoder has timed fewer than REFERENCE_STEPS of them in the latest
+    # REFERENCE_AGE seconds: a few tokens' worth of a long answer's time, once in a while. A short
+    # answer never takes one (a rewrite's 10 steps of 16 tokens would lose a tenth of its speed:
+    # perf-notes #35).
     REFERENCE_STEPS = 4
     REFERENCE_GAP = 16
+    REFERENCE_AGE = 300.0
     # A tree: beside a draft's chain, one branch that shares the chain's first i tokens and
     # replaces the rest, verified in the same step in a second slot (runner.Feed.branch_of): the
     # draft's runner-up at i, or lookup's continuation where it parts from the chain at i. Where
@@ -749,6 +757,14 @@ class Speculator:
         if self.trace is not None:
             self.trace.append(dict(step=self._steps, **what))
 
+    def _reference_due(self) -> bool:
+        """Whether this step should be plain for the speedup's reference (REFERENCE_*)."""
+        return (
+            self._steps - self._last_plain >= self.REFERENCE_GAP
+            and self.costs.recent_plain(time.perf_counter(), self.REFERENCE_AGE)
+            < self.REFERENCE_STEPS
+        )
+
     def propose(self, tokens: list[int], room: int) -> tuple[str | None, list[int]]:
         """(source, tokens) to verify after the text; room = how many may be proposed at most.
         With tree, `branch` is then the branch to verify beside them, if one pays."""
@@ -756,10 +772,7 @@ class Speculator:
         self.branch = None
         if room <= 0:
             return None, []
-        if (
-            self._plain_steps < self.REFERENCE_STEPS
-            and self._steps - self._last_plain >= self.REFERENCE_GAP
-        ):
+        if self._reference_due():
             self._note(source=None, why="reference")
             return None, []  # a reference step
         warm = self._plain_steps >= self.PLAIN_WARMUP or self._inherited

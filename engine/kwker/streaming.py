@@ -30,14 +30,18 @@ class GenerationStats:
     # (verifying, emitting), without what the consumer does between chunks; keyed by how the step
     # was fed: (PLAIN, 1) for a 1-token step, (source, 1 + proposed) for a speculative one.
     step_times: dict[tuple[str, int], list[float]] = field(default_factory=dict)
-    # The decoder's latest 1-token step times before this answer (StepCosts.plain_s, at most
+    # The decoder's latest warm 1-token step times before this answer (StepCosts.plain_s, at most
     # PLAIN_REFERENCE). An answer that speculation serves well takes one or two plain steps, often
-    # its first, which run slower than a steady one (the caches are cold after prefill): measured
-    # against those alone, a rewrite's speedup read 20-30% above the ratio of the tokens/s of
-    # plain and speculative answers (perf-notes #33). With them, the reference is the median of
-    # the latest PLAIN_REFERENCE plain steps, this answer's last.
+    # its first, and an answer's first COLD_STEPS decode steps run slower than a steady one (the
+    # caches are cold after prefill: 10-30% over it, perf-notes #33 and #35): measured against
+    # those, a rewrite's speedup read 20-30% above the ratio of the tokens/s of plain and
+    # speculative answers. So the reference is the median of the latest PLAIN_REFERENCE warm
+    # plain steps (a decode step at index COLD_STEPS or later), this answer's last; only where
+    # there is none yet (a fresh decoder's first answer), its cold ones.
     plain_before: list[float] = field(default_factory=list)
+    warm_plain: list[float] = field(default_factory=list)  # this answer's warm plain steps
     PLAIN_REFERENCE: ClassVar[int] = 32
+    COLD_STEPS: ClassVar[int] = 4
 
     # The first new token comes out of prefill; the rest out of decode steps.
     @property
@@ -53,8 +57,14 @@ class GenerationStats:
     def tokens_per_step(self) -> float:
         return (self.new_tokens - 1) / self.steps if self.steps else 0.0
 
-    def add_step(self, source: str | None, fed: int, seconds: float) -> None:
+    def add_step(self, source: str | None, fed: int, seconds: float) -> bool:
+        """Records a decode step's time (call it after counting the step in `steps`). Returns
+        whether it joined the speedup's reference: a warm plain step (see plain_before)."""
         self.step_times.setdefault((source or PLAIN, fed), []).append(seconds)
+        warm = source is None and fed == 1 and self.steps > self.COLD_STEPS
+        if warm:
+            self.warm_plain.append(seconds)
+        return warm
 
     @property
     def plain_steps(self) -> int:
@@ -62,10 +72,18 @@ class GenerationStats:
 
     @property
     def reference_steps(self) -> list[float]:
-        """The plain steps the speedup is measured against: the latest PLAIN_REFERENCE of the
-        decoder's before this answer and this answer's own (these last)."""
-        own = self.step_times.get((PLAIN, 1), [])
-        return (self.plain_before + own)[-self.PLAIN_REFERENCE :]
+        """The plain steps the speedup is measured against: the latest PLAIN_REFERENCE warm ones,
+        the decoder's before this answer and this answer's own (these last); without any, this
+        answer's cold ones."""
+        warm = (self.plain_before + self.warm_plain)[-self.PLAIN_REFERENCE :]
+        return warm or self.step_times.get((PLAIN, 1), [])[-self.PLAIN_REFERENCE :]
+
+    @property
+    def reference_own(self) -> int:
+        """How many of the reference's steps are this answer's."""
+        if self.plain_before or self.warm_plain:
+            return min(len(self.warm_plain), self.PLAIN_REFERENCE)
+        return len(self.reference_steps)
 
     @property
     def plain_step_s(self) -> float:
@@ -105,6 +123,7 @@ class GenerationStats:
             "speedup": self.speedup,  # None with no plain step to measure against
             "plain_steps": self.plain_steps,
             "reference_steps": len(self.reference_steps),
+            "reference_own": self.reference_own,  # of them, this answer's
             "plain_tokens_per_s": 1 / self.plain_step_s if self.plain_step_s else 0.0,
         }
 

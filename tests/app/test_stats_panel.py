@@ -50,6 +50,15 @@ def test_the_plain_line_says_when_earlier_answers_steps_are_in_the_reference(qtb
     assert panel.reference.text() == (
         "200.0 tokens/s: the median of 32 plain one-token steps (the latest; 1 in this answer)"
     )
+    # an answer's cold first step is not in the reference: only its warm ones count as its own
+    panel.update_stats(
+        {**stats(40, 3.2, plain_steps=2), "reference_steps": 32, "reference_own": 1}, final=True
+    )
+    assert panel.reference.text().endswith("(the latest; 1 in this answer)")
+    panel.update_stats(
+        {**stats(40, 3.2, plain_steps=3), "reference_steps": 2, "reference_own": 2}, final=True
+    )
+    assert panel.reference.text().endswith("the median of 2 plain one-token steps in this answer")
 
 
 def test_an_answer_without_plain_steps_shows_a_speedup_against_earlier_ones(qtbot):

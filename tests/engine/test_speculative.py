@@ -2,6 +2,7 @@
 prompt lookup and a draft model, bit for bit (the batch-invariant kernels make this possible)."""
 
 import statistics
+import time
 
 import numpy as np
 import pytest
@@ -10,6 +11,7 @@ from helpers import WithoutPropose, tiny_llama
 
 from kwker.decode import KwkDecoder
 from kwker.speculative import DraftProposer, LookupProposer, Speculator, StepCosts
+from kwker.streaming import GenerationStats
 
 # A prompt that repeats itself, so that lookup has something to propose, and one that does not.
 REPEATS = [5, 9, 33, 102, 7, 61, 5, 9, 33, 102, 7, 61, 5, 9, 33]
@@ -688,21 +690,33 @@ def test_the_speedup_is_one_without_proposals_and_measured_against_the_answers_o
     assert torch.equal(lookup, run(dec, REPEATS, lookup=0))
 
 
-def test_a_speculator_that_always_proposes_still_takes_reference_plain_steps():
-    """The answer's speedup needs plain steps of its own: with costs inherited (no warm-up) and a
-    text that lookup always matches, every REFERENCE_GAP-th step is plain until there are
-    REFERENCE_STEPS of them."""
+def always_matched(costs: StepCosts, steps: int) -> list[int]:
+    """The steps a speculator with `costs` (inherited: no warm-up) takes plain on a text that lookup
+    always matches; its warm plain steps join the decoder's reference, as Sequence.absorb adds them."""
     text = [1, 2, 3, 4, 5, 6, 7, 8] * 20
-    costs = StepCosts(step1_s=0.004, relative={fed: 1.0 for fed in range(2, 10)})
     spec = Speculator(LookupProposer(), None, lookup_max=8, costs=costs)
     plain_at = []
-    for step in range(120):
+    for step in range(steps):
         source, cands = spec.propose(text, room=50)
         if source is None:
             plain_at.append(step)
+            if step >= GenerationStats.COLD_STEPS:
+                costs.add_plain(0.004, time.perf_counter())
         spec.feedback(source, len(cands), len(cands), len(cands) + 1, 0.004, None)
+    return plain_at
+
+
+def test_a_speculator_that_always_proposes_still_takes_reference_plain_steps():
+    """The speedup needs warm plain steps (none of an answer's first COLD_STEPS): where lookup
+    always matches, every REFERENCE_GAP-th step is plain until the decoder has REFERENCE_STEPS of
+    them from the latest REFERENCE_AGE seconds. The next answer takes none; once those have aged,
+    it takes them again."""
+    costs = StepCosts(step1_s=0.004, relative={fed: 1.0 for fed in range(2, 10)})
     gap, n = Speculator.REFERENCE_GAP, Speculator.REFERENCE_STEPS
-    assert plain_at == [gap * (i + 1) + i for i in range(n)]
+    assert always_matched(costs, 120) == [gap * (i + 1) + i for i in range(n)]
+    assert always_matched(costs, 120) == []  # the decoder's reference is recent
+    costs.plain_s = [(at - Speculator.REFERENCE_AGE - 1, s) for at, s in costs.plain_s]
+    assert always_matched(costs, 120) == [gap * (i + 1) + i for i in range(n)]
 
 
 def real_pair(smollm2, max_batch=1):

@@ -1,5 +1,6 @@
 """stream_generate: chunks, closing stops generation, KV-cache reuse across calls, UTF-8 safe text pieces."""
 
+import statistics
 import time
 
 from helpers import tiny_llama
@@ -108,30 +109,57 @@ def test_detokenizer_never_emits_half_a_character():
     assert pieces[1] == "" and pieces[2] == "é"  # held back until the second byte arrives
 
 
-def test_an_answer_with_few_plain_steps_is_measured_against_the_decoders_latest_ones():
-    """One cold plain step (the first after prefill runs slower) is not the whole reference: the
-    speedup's plain step is the median of the latest 32, the decoder's earlier ones included."""
-    s = GenerationStats(new_tokens=18, plain_before=[0.010] * 40)
-    s.add_step(None, 1, 0.014)  # the answer's only plain step
+def step(s: GenerationStats, source, fed: int, seconds: float) -> bool:
+    """One decode step, counted and timed as Sequence.absorb does."""
+    s.steps += 1
+    return s.add_step(source, fed, seconds)
+
+
+def test_an_answer_with_few_plain_steps_is_measured_against_the_decoders_latest_warm_ones():
+    """An answer's first COLD_STEPS decode steps run slower than steady ones (the caches are cold
+    after prefill): its cold plain step is left out of the reference, which is the median of the
+    latest 32 warm ones, the decoder's earlier ones included."""
+    s = GenerationStats(new_tokens=22, plain_before=[0.010] * 40)
+    assert not step(s, None, 1, 0.014)  # the answer's first step: cold
     for _ in range(4):
-        s.add_step("lookup", 5, 0.020)
-    assert s.reference_steps == [0.010] * 31 + [0.014] and s.plain_step_s == 0.010
-    assert s.speedup == 17 * 0.010 / (0.014 + 4 * 0.020)  # not 17 * 0.014 / ... (2.5x)
-    assert s.summary()["reference_steps"] == 32 and s.summary()["plain_steps"] == 1
+        assert not step(s, "lookup", 5, 0.020)
+    assert step(s, None, 1, 0.011)  # its sixth: warm
+    assert s.reference_steps == [0.010] * 31 + [0.011] and s.plain_step_s == 0.010
+    assert s.speedup == 21 * 0.010 / (2 * statistics.median([0.014, 0.011]) + 4 * 0.020)
+    summary = s.summary()
+    assert (summary["reference_steps"], summary["reference_own"], summary["plain_steps"]) == (
+        32,
+        1,
+        2,
+    )
     plain = GenerationStats(new_tokens=3, plain_before=[0.010] * 40)
-    plain.add_step(None, 1, 0.014)
-    plain.add_step(None, 1, 0.012)
+    step(plain, None, 1, 0.014)
+    step(plain, None, 1, 0.012)
     assert plain.speedup == 1.0  # nothing proposed: this answer was plain decoding
 
 
-def test_the_decoder_hands_its_latest_plain_steps_to_the_next_answer():
+def test_a_fresh_decoders_first_answer_is_measured_against_its_cold_steps_if_it_has_no_other():
+    s = GenerationStats(new_tokens=13)
+    step(s, None, 1, 0.014)
+    for _ in range(3):
+        step(s, "lookup", 5, 0.020)
+    assert s.reference_steps == [0.014] and s.summary()["reference_own"] == 1
+    assert s.speedup == 12 * 0.014 / (0.014 + 3 * 0.020)
+    step(s, None, 1, 0.011)  # a warm one: the cold one leaves the reference
+    assert s.reference_steps == [0.011] and s.summary()["reference_own"] == 1
+
+
+def test_the_decoder_hands_its_latest_warm_plain_steps_to_the_next_answer():
     dec = make()
     dec.generate(PROMPT, max_new_tokens=12, eos_token_id=[], lookup=0)
     first = dec.last_stats.step_times[("plain", 1)]
     assert dec.last_stats.plain_before == [] and len(first) == 11
+    warm = first[GenerationStats.COLD_STEPS :]
+    assert dec.last_stats.reference_steps == warm
     dec.generate(PROMPT, max_new_tokens=12, eos_token_id=[], lookup=0)
     s = dec.last_stats
-    assert s.plain_before == first and s.reference_steps == first + s.step_times[("plain", 1)]
+    assert s.plain_before == warm
+    assert s.reference_steps == warm + s.step_times[("plain", 1)][GenerationStats.COLD_STEPS :]
 
 
 def test_an_answer_without_plain_steps_is_measured_against_earlier_ones_if_there_are_any():
