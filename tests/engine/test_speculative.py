@@ -126,6 +126,32 @@ def test_draft_with_another_tokenizer_is_refused(target):
         dec.generate(torch.tensor([PLAIN]), max_new_tokens=4, lookup=-1)
 
 
+class Vocab:
+    """A tokenizer as check_draft sees it, counting the vocabularies it was asked for."""
+
+    def __init__(self, vocab: dict[str, int]):
+        self.vocab, self.asked = vocab, 0
+
+    def get_vocab(self) -> dict[str, int]:
+        self.asked += 1
+        return dict(self.vocab)
+
+
+def test_a_drafts_tokenizer_is_compared_once_and_a_different_one_refused(target):
+    """Building a 151k-token vocabulary takes 0.2 s: a pair of tokenizers found equal is not
+    compared again on each call; another tokenizer is, and one that differs is refused."""
+    words = {f"w{i}": i for i in range(target.config.vocab_size)}
+    dec = KwkDecoder(target, max_cache_len=64, tokenizer=Vocab(words))
+    draft = KwkDecoder(target, max_cache_len=64, tokenizer=Vocab(words))
+    for _ in range(3):
+        dec.generate(torch.tensor([PLAIN]), max_new_tokens=2, draft=draft)
+    assert dec.tokenizer.asked == draft.tokenizer.asked == 1
+    draft.tokenizer = Vocab({**words, "w0": 1, "w1": 0})  # same size, two ids swapped
+    with pytest.raises(ValueError, match="the tokenizers' vocabularies differ"):
+        dec.generate(torch.tensor([PLAIN]), max_new_tokens=2, draft=draft)
+    assert draft.tokenizer.asked == 1
+
+
 def test_lookup_proposes_what_followed_the_latest_match():
     p = LookupProposer()
     text = [1, 2, 3, 4, 9, 1, 2, 3, 7, 8, 1, 2, 3]
