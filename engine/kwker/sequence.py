@@ -35,7 +35,9 @@ class SequenceState:
         self.slot: int | None = None  # the runner's slot, from admission (see place)
         self.prefilled = 0  # prompt tokens whose K/V are in the cache
         self.stats = GenerationStats(
-            prompt_tokens=len(prompt), plain_before=[t for _, t in spec.costs.plain_s]
+            prompt_tokens=len(prompt),
+            plain_before=[t for _, t in spec.costs.plain_s],
+            cold_before=list(spec.costs.cold_s),
         )
         self.detok = StreamingDetokenizer(tokenizer) if tokenizer is not None else None
         self.eos = set(sampler.params.eos_token_ids)
@@ -150,14 +152,15 @@ class SequenceState:
         fed = n_fed + branched
         self.stats.branches += branch is not None
         self.stats.branches_taken += self.took_branch is not None
-        self.spec.feedback(self._source, len(cands), accepted, fed, seconds, new[0])
+        self.spec.feedback(self._source, len(cands), accepted, fed, seconds, new)
         self.stats.steps += 1
         self.stats.draft_s += self._draft_s
         chunks = self._emit(new, kept, self._logprobs(rows, new))
         now = time.perf_counter()
         self.stats.decode_s = now - self.first_token_at
-        if self.stats.add_step(self._source, fed, now - self._planned_at):
-            self.spec.costs.add_plain(now - self._planned_at, now)
+        kind = self.stats.add_step(self._source, fed, now - self._planned_at)
+        if kind is not None:  # a plain step: the next answers' speedup reference
+            self.spec.costs.add_plain(now - self._planned_at, now, warm=kind == "warm")
         return chunks
 
     def _verify(self, argmax, logits, branch: Rows | None):

@@ -444,12 +444,18 @@ class StepCosts:
     draft_catch_up: dict[int, float] = field(default_factory=dict)
     # the latest GenerationStats.PLAIN_REFERENCE warm 1-token steps of the sequences it served, as
     # (when, seconds) by their statistics' clock (time.perf_counter): what a later answer's speedup
-    # is measured against, beside its own (GenerationStats.plain_before)
+    # is measured against, beside its own (GenerationStats.plain_before); and the latest cold ones
+    # (seconds), its fallback (GenerationStats.cold_before)
     plain_s: list[tuple[float, float]] = field(default_factory=list)
+    cold_s: list[float] = field(default_factory=list)
 
-    def add_plain(self, seconds: float, at: float) -> None:
-        self.plain_s.append((at, seconds))
-        del self.plain_s[: -GenerationStats.PLAIN_REFERENCE]
+    def add_plain(self, seconds: float, at: float, warm: bool = True) -> None:
+        if warm:
+            self.plain_s.append((at, seconds))
+            del self.plain_s[: -GenerationStats.PLAIN_REFERENCE]
+        else:
+            self.cold_s.append(seconds)
+            del self.cold_s[: -GenerationStats.PLAIN_REFERENCE]
 
     def recent_plain(self, now: float, age: float) -> int:
         """How many of plain_s were timed in the latest `age` seconds."""
@@ -600,7 +606,9 @@ class Speculator:
         self._inherited = self.costs.step1_s > 0
         self.draft_s = 0.0
         self.trace: list[dict] | None = None  # a list to record each decision in (diagnostics)
-        self._shadow: int | None = None  # lookup's first proposal, when it was not made
+        # lookup's continuation where it was found and not proposed: checked against the step's
+        # tokens (feedback), so lookup's records keep learning while it sits out
+        self._shadow: list[int] | None = None
         self._plain_steps = 0
         self._steps = 0
         self._last_plain = 0  # the step count at the latest plain step
@@ -673,13 +681,15 @@ class Speculator:
         too low corrects itself (the width is proposed and timed), one that is too high does not."""
         return min(c * max(1.0, k / j) for j, c in self._draft_calls.items())
 
-    def _ratio(self, source: str, k: int, accept: float | None = None, catch_up: int = 0) -> float:
-        """Expected tokens per unit of time (a plain step: 1) when `source` proposes k tokens, after
-        the draft catches up on `catch_up` tokens."""
+    def _ratio(
+        self, source: str, k: int, accept: float | None = None, catch_up: float = 0.0
+    ) -> float:
+        """Expected tokens per unit of time (a plain step: 1) when `source` proposes k tokens,
+        counting `catch_up` tokens of the draft's catch-up in its time."""
         a = self.accept[source] if accept is None else accept
-        extra = 0.0
+        extra = self.catch_up_cost * catch_up
         if source == "draft":
-            extra = (self._draft_call(k) or 0.0) + self.catch_up_cost * catch_up
+            extra += self._draft_call(k) or 0.0
         return sum(a**i for i in range(k + 1)) / (self._cost(k + 1) + extra)
 
     def _lookup_accept(self, bucket: int | None) -> float:
@@ -788,20 +798,23 @@ class Speculator:
                 found_accept = self._lookup_accept(self._bucket)
                 long = length >= self.LONG_MATCH
                 k = self._best_k("lookup", room, found_accept, long) if warm else 0
-                cands = cont[: max(k, 1)]
-                if cands and k:
-                    found = cands
-                elif cands:
-                    self._shadow = cands[0]
+                if k:
+                    found = cont[:k]
+                else:
+                    self._shadow = cont
         self._probing = False
         if self.draft is not None and warm:
             k = self._best_k("draft", room, accept=self._hopeful_accept())
-            # against lookup, the draft pays for its catch-up on what lookup proposed before (against
-            # a plain step it is what using the draft at all costs, once)
+            # Against lookup: every token a lookup step gives, the draft must catch up on when it
+            # next proposes, so lookup's step counts their catch-up. What the draft is behind already
+            # is owed whichever proposes now: charged to the draft, as it was, each lookup step made
+            # the next more likely (a draft 7 tokens behind lost to 2-token matches kept 1 time in 9
+            # on code: perf-notes #36).
+            gain = sum(found_accept**i for i in range(len(found) + 1))
             chosen = k and (
                 not found
-                or self._ratio("draft", k, catch_up=self.draft.behind_on(tokens))
-                > self._ratio("lookup", len(found), found_accept)
+                or self._ratio("draft", k)
+                > self._ratio("lookup", len(found), found_accept, catch_up=gain)
             )
             # a probe where the draft's own record does not pay (where it pays but lookup promises more,
             # the records decide), even where lookup has a proposal: a text that repeats its prompt may be
@@ -822,7 +835,7 @@ class Speculator:
                 )
             if chosen:
                 if found:  # lookup keeps learning whether it would have been right
-                    self._shadow = found[0]
+                    self._shadow = cont
                 t0 = self.clock()
                 window = self.PROBE_WINDOW if self._probing else None
                 cands = self.draft.propose(tokens, k, window, self._stop_below(k), self.tree)
@@ -898,10 +911,10 @@ class Speculator:
         accepted: int,
         fed: int,
         seconds: float,
-        next_token: int | None,
+        new: list[int] | None,
     ) -> None:
-        """After a verify step: what was accepted, how long the step took, and the first new token (for the
-        shadow check of lookup)."""
+        """After a verify step: what was accepted, how long the step took, and the tokens it gave
+        (the target's own, in order: for the shadow check of lookup)."""
         if self.costs.step1_s:
             step = seconds / self.costs.step1_s + self._spent_drafting
             self._elapsed += step
@@ -928,11 +941,18 @@ class Speculator:
         if source == "draft":
             self._probed = self._probed or self._probing
             self._next_probe = self._steps + self.PROBE_GAP
-        if self._shadow is not None and next_token is not None:
-            right = float(self._shadow == next_token)
-            self.accept["lookup"] = _ema(self.accept["lookup"], right, weight=0.1)
-            if self._bucket is not None:
-                self._learn_match(right, 0.1)
+        if self._shadow and new:
+            # Learnt as from lookup's own proposal, over as many tokens as the step gave: with
+            # the first token alone (weight 0.1 a step), the record of long matches rose from its
+            # 0.5 prior to 0.7 in 12 steps of an edit where they were all kept, and the draft,
+            # at 8 tokens a step, kept lookup's 9-22 from the copy (perf-notes #36).
+            kept = accept(self._shadow, new)
+            trials = kept + (1 if kept < min(len(self._shadow), len(new)) else 0)
+            if trials:
+                weight = min(0.5, 0.1 * trials)
+                self.accept["lookup"] = _ema(self.accept["lookup"], kept / trials, weight=weight)
+                if self._bucket is not None:
+                    self._learn_match(kept / trials, weight)
 
     def _learn_match(self, accepted: float, weight: float) -> None:
         """Lookup's acceptance after a match of this step's bucket."""

@@ -37,9 +37,11 @@ class GenerationStats:
     # those, a rewrite's speedup read 20-30% above the ratio of the tokens/s of plain and
     # speculative answers. So the reference is the median of the latest PLAIN_REFERENCE warm
     # plain steps (a decode step at index COLD_STEPS or later), this answer's last; only where
-    # there is none yet (a fresh decoder's first answer), its cold ones.
+    # there is none yet, the latest cold ones (the decoder's in cold_before, then this answer's).
     plain_before: list[float] = field(default_factory=list)
+    cold_before: list[float] = field(default_factory=list)
     warm_plain: list[float] = field(default_factory=list)  # this answer's warm plain steps
+    cold_plain: list[float] = field(default_factory=list)  # and its cold ones
     PLAIN_REFERENCE: ClassVar[int] = 32
     COLD_STEPS: ClassVar[int] = 4
 
@@ -57,14 +59,16 @@ class GenerationStats:
     def tokens_per_step(self) -> float:
         return (self.new_tokens - 1) / self.steps if self.steps else 0.0
 
-    def add_step(self, source: str | None, fed: int, seconds: float) -> bool:
+    def add_step(self, source: str | None, fed: int, seconds: float) -> str | None:
         """Records a decode step's time (call it after counting the step in `steps`). Returns
-        whether it joined the speedup's reference: a warm plain step (see plain_before)."""
+        what it is to the speedup's reference: "warm" or "cold" for a plain step (see
+        plain_before), None for a speculative one."""
         self.step_times.setdefault((source or PLAIN, fed), []).append(seconds)
-        warm = source is None and fed == 1 and self.steps > self.COLD_STEPS
-        if warm:
-            self.warm_plain.append(seconds)
-        return warm
+        if source is not None or fed != 1:
+            return None
+        warm = self.steps > self.COLD_STEPS
+        (self.warm_plain if warm else self.cold_plain).append(seconds)
+        return "warm" if warm else "cold"
 
     @property
     def plain_steps(self) -> int:
@@ -73,17 +77,16 @@ class GenerationStats:
     @property
     def reference_steps(self) -> list[float]:
         """The plain steps the speedup is measured against: the latest PLAIN_REFERENCE warm ones,
-        the decoder's before this answer and this answer's own (these last); without any, this
-        answer's cold ones."""
+        the decoder's before this answer and this answer's own (these last); without any, the
+        latest cold ones, in the same order."""
         warm = (self.plain_before + self.warm_plain)[-self.PLAIN_REFERENCE :]
-        return warm or self.step_times.get((PLAIN, 1), [])[-self.PLAIN_REFERENCE :]
+        return warm or (self.cold_before + self.cold_plain)[-self.PLAIN_REFERENCE :]
 
     @property
     def reference_own(self) -> int:
         """How many of the reference's steps are this answer's."""
-        if self.plain_before or self.warm_plain:
-            return min(len(self.warm_plain), self.PLAIN_REFERENCE)
-        return len(self.reference_steps)
+        own = self.warm_plain if self.plain_before or self.warm_plain else self.cold_plain
+        return min(len(own), len(self.reference_steps))
 
     @property
     def plain_step_s(self) -> float:

@@ -682,6 +682,44 @@ def test_on_a_machine_where_the_draft_never_pays_it_costs_little(catch_up):
     assert len(draft.calls) >= 4 and later  # probed all along
 
 
+def test_lookups_record_learns_from_every_token_of_a_step_it_sat_out():
+    """While the draft proposes, lookup's continuation is checked against all the tokens the step
+    gave, as if lookup had proposed it: kept tokens count as kept, its first wrong one as a miss."""
+    text = [1, 2, 3, 4, 5, 6, 7, 8] * 3 + [1, 2]  # lookup's continuation: 3 4 5 6 7 8 1 2 ...
+    costs = StepCosts(step1_s=0.004, relative={fed: 1.0 for fed in range(2, 10)})
+    draft = FakeDraft(token=99)
+    costs.draft_call[id(draft.draft)] = {k: 0.1 * k for k in range(1, 9)}
+    for new, rate in (([3, 4, 5, 6, 7, 8, 1, 2, 3], 1.0), ([3, 4, 9], 2 / 3)):
+        spec = Speculator(LookupProposer(), draft, costs=costs)
+        spec.accept.update(lookup=0.3, draft=0.95)
+        source, cands = spec.propose(text, room=50)
+        assert source == "draft" and spec._bucket is not None
+        spec.feedback(source, len(cands), 0, len(cands) + 1, 0.004, new=new)
+        trials = len(new) if rate == 1.0 else 3
+        weight = min(0.5, 0.1 * trials)
+        overall = 0.3 + weight * (rate - 0.3)
+        assert spec.accept["lookup"] == pytest.approx(overall)
+        # the bucket's record starts from the overall one, as after lookup's own proposals
+        assert spec.match_accept[spec._bucket] == pytest.approx(overall + weight * (rate - overall))
+
+
+def test_a_draft_behind_on_lookups_tokens_is_not_charged_their_catch_up_again():
+    """What the draft is behind is owed whichever source proposes: a lookup step's cost counts the
+    catch-up its own tokens add, and a draft far behind still beats short, rarely kept matches
+    (charged its whole catch-up, it lost to them more the further behind it fell)."""
+    text = [1, 2, 3, 4, 5, 6, 7, 8] * 3 + [1, 2]  # lookup matches "1 2" -> "3 4 ..."
+    costs = StepCosts(step1_s=0.004, relative={fed: 1.0 + 0.05 * (fed - 1) for fed in range(2, 10)})
+    for behind in (0, 7, 40):
+        draft = FakeDraft(token=99, behind=behind)
+        costs.draft_call[id(draft.draft)] = {k: 0.25 * k for k in range(1, 9)}
+        costs.draft_catch_up[id(draft.draft)] = 0.07
+        spec = Speculator(LookupProposer(), draft, costs=costs)
+        spec.accept.update(lookup=0.35, draft=0.85)
+        assert spec.propose(text, room=50)[0] == "draft"
+        spec.accept.update(lookup=0.95, draft=0.5)  # a match that is being copied still wins
+        assert spec.propose(text, room=50)[0] == "lookup"
+
+
 def test_with_both_sources_the_one_expecting_more_tokens_per_time_proposes():
     text = [1, 2, 3, 4, 5, 6, 7, 8] * 3 + [1, 2]
     costs = StepCosts(step1_s=0.004, relative={fed: 1.0 for fed in range(2, 10)})
@@ -696,7 +734,7 @@ def test_with_both_sources_the_one_expecting_more_tokens_per_time_proposes():
     source, cands = spec.propose(text, room=50)
     assert source == "draft" and set(cands) == {99}
     spec.feedback(
-        source, len(cands), 0, len(cands) + 1, 0.004, next_token=3
+        source, len(cands), 0, len(cands) + 1, 0.004, new=[3]
     )  # lookup would have been right
     assert spec.accept["lookup"] > 0.3  # lookup's record still learns while the draft proposes
 

@@ -109,7 +109,7 @@ def test_detokenizer_never_emits_half_a_character():
     assert pieces[1] == "" and pieces[2] == "é"  # held back until the second byte arrives
 
 
-def step(s: GenerationStats, source, fed: int, seconds: float) -> bool:
+def step(s: GenerationStats, source, fed: int, seconds: float) -> str | None:
     """One decode step, counted and timed as Sequence.absorb does."""
     s.steps += 1
     return s.add_step(source, fed, seconds)
@@ -120,10 +120,10 @@ def test_an_answer_with_few_plain_steps_is_measured_against_the_decoders_latest_
     after prefill): its cold plain step is left out of the reference, which is the median of the
     latest 32 warm ones, the decoder's earlier ones included."""
     s = GenerationStats(new_tokens=22, plain_before=[0.010] * 40)
-    assert not step(s, None, 1, 0.014)  # the answer's first step: cold
+    assert step(s, None, 1, 0.014) == "cold"  # the answer's first step
     for _ in range(4):
-        assert not step(s, "lookup", 5, 0.020)
-    assert step(s, None, 1, 0.011)  # its sixth: warm
+        assert step(s, "lookup", 5, 0.020) is None
+    assert step(s, None, 1, 0.011) == "warm"  # its sixth
     assert s.reference_steps == [0.010] * 31 + [0.011] and s.plain_step_s == 0.010
     assert s.speedup == 21 * 0.010 / (2 * statistics.median([0.014, 0.011]) + 4 * 0.020)
     summary = s.summary()
@@ -147,6 +147,19 @@ def test_a_fresh_decoders_first_answer_is_measured_against_its_cold_steps_if_it_
     assert s.speedup == 12 * 0.014 / (0.014 + 3 * 0.020)
     step(s, None, 1, 0.011)  # a warm one: the cold one leaves the reference
     assert s.reference_steps == [0.011] and s.summary()["reference_own"] == 1
+
+
+def test_without_warm_plain_steps_the_decoders_cold_ones_are_the_reference():
+    """A decoder whose answers were all speculated after their first steps has only cold plain
+    steps: an answer with none of its own is measured against those, not left without a figure."""
+    s = GenerationStats(new_tokens=9, cold_before=[0.013, 0.012])
+    for _ in range(2):
+        step(s, "lookup", 5, 0.020)
+    assert s.reference_steps == [0.013, 0.012] and s.summary()["reference_own"] == 0
+    assert s.speedup == 8 * statistics.median([0.013, 0.012]) / (2 * 0.020)
+    warm = GenerationStats(new_tokens=9, plain_before=[0.010], cold_before=[0.013])
+    step(warm, "lookup", 5, 0.020)
+    assert warm.reference_steps == [0.010]
 
 
 def test_the_decoder_hands_its_latest_warm_plain_steps_to_the_next_answer():
