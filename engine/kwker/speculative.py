@@ -929,15 +929,10 @@ class Speculator:
             self.costs.record(fed, seconds / self.costs.step1_s)
         self._steps += 1
         if source is not None and proposed:
-            # accepted successes, then one failure unless everything was accepted
-            trials = accepted + (1 if accepted < proposed else 0)
-            weight = min(0.5, 0.1 * trials)
-            self.accept[source] = _ema(self.accept[source], accepted / trials, weight=weight)
+            trials = self._learn(source, accepted, proposed)
             if source == "draft":
                 self.costs.draft_accept[self._draft_key] = self.accept["draft"]
                 self._draft_trials += trials
-            if source == "lookup" and self._bucket is not None:
-                self._learn_match(accepted / trials, weight)
         if source == "draft":
             self._probed = self._probed or self._probing
             self._next_probe = self._steps + self.PROBE_GAP
@@ -946,13 +941,19 @@ class Speculator:
             # the first token alone (weight 0.1 a step), the record of long matches rose from its
             # 0.5 prior to 0.7 in 12 steps of an edit where they were all kept, and the draft,
             # at 8 tokens a step, kept lookup's 9-22 from the copy (perf-notes #36).
-            kept = accept(self._shadow, new)
-            trials = kept + (1 if kept < min(len(self._shadow), len(new)) else 0)
-            if trials:
-                weight = min(0.5, 0.1 * trials)
-                self.accept["lookup"] = _ema(self.accept["lookup"], kept / trials, weight=weight)
-                if self._bucket is not None:
-                    self._learn_match(kept / trials, weight)
+            self._learn("lookup", accept(self._shadow, new), min(len(self._shadow), len(new)))
+
+    def _learn(self, source: str, kept: int, tested: int) -> int:
+        """Learns `source`'s acceptance from `tested` tokens it proposed (or, for lookup's shadow,
+        would have), the first `kept` of them kept: kept successes, then one failure unless all
+        were kept, at weight 0.1 a trial (at most 0.5). Returns the trials counted."""
+        trials = kept + (1 if kept < tested else 0)
+        if trials:
+            weight = min(0.5, 0.1 * trials)
+            self.accept[source] = _ema(self.accept[source], kept / trials, weight=weight)
+            if source == "lookup" and self._bucket is not None:
+                self._learn_match(kept / trials, weight)
+        return trials
 
     def _learn_match(self, accepted: float, weight: float) -> None:
         """Lookup's acceptance after a match of this step's bucket."""
