@@ -3,7 +3,6 @@ to a conversation; the whole text goes in when it fits beside the chat, else the
 best against the question; the answer cites what it was given; prompt lookup makes a quoting answer
 fast."""
 
-import math
 import statistics
 
 import pytest
@@ -200,10 +199,11 @@ QUOTE = "Quote the document."
 
 @pytest.mark.slow
 def test_prompt_lookup_makes_quoting_a_document_fast(qtbot, data_dir, tmp_path):
-    """The figure of the issue's note: answers that quote the attached document with prompt
-    lookup against plain decoding (the same greedy text), three answers a mode, alternating, their
-    generation rates' medians; and the speedup the answer measures inside itself, shown in the
-    statistics beside the documents."""
+    """Answers that quote the attached document, with prompt lookup and with plain decoding,
+    alternating: the same greedy text, and lookup gives it in under half the decode steps. The
+    rates and the speedup the answer measures inside itself are printed (the issue's figures);
+    they are not asserted: a timed assertion on this shared host flaked at 1.28x against a bar of
+    1.3x, where the same test alone reads ~1.8x. Speed is measured by `kwker bench`."""
     doc = tmp_path / "gull.md"
     paragraphs = [
         ABOUT_GULL_POINT[0],
@@ -214,7 +214,7 @@ def test_prompt_lookup_makes_quoting_a_document_fast(qtbot, data_dir, tmp_path):
     ]
     doc.write_text("\n\n".join(paragraphs), encoding="utf-8")
     win = open_window(qtbot, {"max_new_tokens": 120, "precision": "int4"})
-    rates = {True: [], False: []}
+    rates, steps = {True: [], False: []}, {True: [], False: []}
     inside, texts = [], set()
     for lookup in (True, False) * 3:
         win.apply_settings({**win.settings_panel.values(), "lookup": lookup}, False)
@@ -223,19 +223,21 @@ def test_prompt_lookup_makes_quoting_a_document_fast(qtbot, data_dir, tmp_path):
         msg = answer(qtbot, win, QUOTE)
         texts.add(msg.content)
         rates[lookup].append(msg.stats["tokens_per_s"])
+        steps[lookup].append(msg.stats["steps"])
         assert win.stats.documents.text().startswith("gull.md: whole")
         if lookup:
             assert msg.stats["accepted"]["lookup"] > 40, msg.stats
             inside.append(msg.stats["speedup"])
             shown = f"{msg.stats['speedup']:.2f}×" if msg.stats["speedup"] else "every step"
             assert win.stats.speedup.text().startswith(shown)
+        else:
+            # plain: a token a decode step (the prefill gives the first)
+            assert msg.stats["steps"] == msg.stats["new_tokens"] - 1
     assert len(texts) == 1  # exact: the same text with and without lookup
     assert "114 steps of the tower" in texts.pop()  # it quotes
     lookup_rate, plain_rate = (statistics.median(rates[m]) for m in (True, False))
     print(f"quoting a document: lookup {lookup_rate:.1f} tokens/s, plain {plain_rate:.1f} "
           f"tokens/s -> {lookup_rate / plain_rate:.2f}x; measured inside the answers: "
-          f"{inside}")  # fmt: skip
-    # medians, as everywhere a rate is compared: one answer of three can land in a slow moment of
-    # the shared host (CI saw one answer's own figure at 1.19x while the others had 1.51x and 1.76x)
-    assert lookup_rate / plain_rate > 1.3
-    assert statistics.median(s or math.inf for s in inside) > 1.3
+          f"{inside}; decode steps {steps}")  # fmt: skip
+    # the same answer in under half the steps: each lookup step gave more than two tokens
+    assert max(steps[True]) * 2 < min(steps[False]), steps
