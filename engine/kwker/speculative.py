@@ -321,15 +321,29 @@ class DraftProposer:
         with runner.hold():
             slot = runner.acquire(0)
             try:
-                reuse = runner.reusable_prefix(slot, text)  # of text[:-1], what it reads
-                runner.trim(slot, runner.cached_len(slot) - reuse)
-                if reuse < len(text) - 1:
-                    runner.extend_slot(slot, reuse, text[reuse:-1], rows="none", logits=False)
+                self._catch_up(slot, text, apart=1)
             finally:
                 runner.release(slot)
         self.offset = 0
         self._covered = 0
         self._cover(text)
+
+    def _catch_up(self, slot: int, view: list[int], apart: int) -> int:
+        """Trims the draft's cache to its longest prefix of `view`. Where more than `apart` of
+        view's tokens are missing, reads all of them but the last (the next feed's) in a prefill of
+        its own, timed apart (catch_up_s): a width's cost is then always measured on the usual 1-
+        or 2-token feed. Returns how many of view's tokens the cache holds; sets behind."""
+        runner = self.draft.runner
+        reuse = runner.reusable_prefix(slot, view)
+        runner.trim(slot, runner.cached_len(slot) - reuse)
+        self.behind = len(view) - reuse
+        self.catch_up_s = 0.0
+        if self.behind > apart:
+            t0 = time.perf_counter()
+            runner.extend_slot(slot, reuse, view[reuse:-1], rows="none", logits=False)
+            self.catch_up_s = time.perf_counter() - t0
+            reuse = len(view) - 1
+        return reuse
 
     def behind_on(self, tokens: list[int], window: int | None = None) -> int:
         """How many of the text's tokens a proposal would first catch up on (at most `window`)."""
@@ -361,17 +375,7 @@ class DraftProposer:
         with runner.hold():
             slot = runner.acquire(0)
             try:
-                reuse = runner.reusable_prefix(slot, view)
-                runner.trim(slot, runner.cached_len(slot) - reuse)
-                self.behind = len(view) - reuse
-                # a long catch-up is a prefill of its own, timed apart: what a width costs is then
-                # always measured on the usual 1- or 2-token feed
-                self.catch_up_s = 0.0
-                if self.behind > CATCH_UP_APART:
-                    t0 = time.perf_counter()
-                    runner.extend_slot(slot, reuse, view[reuse:-1], rows="none", logits=False)
-                    self.catch_up_s = time.perf_counter() - t0
-                    reuse = len(view) - 1
+                reuse = self._catch_up(slot, view, CATCH_UP_APART)
                 self.subset = self._pruned(tokens)  # counts the misses before _cover adds them
                 self._cover(tokens)
                 got = runner.propose_greedy(
