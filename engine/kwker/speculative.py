@@ -694,7 +694,7 @@ class Speculator:
         extra = self.catch_up_cost * catch_up
         if source == "draft":
             extra += self._draft_call(k) or 0.0
-        return sum(a**i for i in range(k + 1)) / (self._cost(k + 1) + extra)
+        return _expected_tokens(a, k) / (self._cost(k + 1) + extra)
 
     def _lookup_accept(self, bucket: int | None) -> float:
         """Lookup's acceptance after a match of that bucket (its overall record until the bucket has one)."""
@@ -814,7 +814,7 @@ class Speculator:
             # is owed whichever proposes now: charged to the draft, as it was, each lookup step made
             # the next more likely (a draft 7 tokens behind lost to 2-token matches kept 1 time in 9
             # on code: perf-notes #36).
-            gain = sum(found_accept**i for i in range(len(found) + 1))
+            gain = _expected_tokens(found_accept, len(found))
             chosen = k and (
                 not found
                 or self._ratio("draft", k)
@@ -964,6 +964,12 @@ class Speculator:
         self.match_accept[self._bucket] = _ema(
             self._lookup_accept(self._bucket), accepted, weight=weight
         )
+
+
+def _expected_tokens(accept: float, k: int) -> float:
+    """The tokens a step that verifies k proposed tokens gives, when each is accepted with chance
+    `accept` after the one before it was: 1 + a + a^2 + ... + a^k (the target's own token last)."""
+    return sum(accept**i for i in range(k + 1))
 
 
 def _ema(old: float, new: float, weight: float = 0.2) -> float:
