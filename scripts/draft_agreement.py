@@ -6,7 +6,7 @@ is worth its bytes only if it keeps this share: the question behind a cheaper dr
         [--skip 9,10 --skip 9,10,13 ...] [--each-layer]
 
 The texts are the bench's four and four more. Answers are greedy at --precision; the draft runs at
-kwker.precision.DRAFT with its full head.
+kwker.precision.DRAFT with its full head; an answer ends at its end-of-turn token, as in generate.
 """
 
 import argparse
@@ -20,7 +20,6 @@ import numpy as np
 from kwker.bench.speculation import TASKS
 from kwker.loading.load import load_decoder
 from kwker.precision import DRAFT
-from kwker.runner import Feed
 
 TEXTS = {
     **TASKS,
@@ -57,21 +56,16 @@ def main() -> None:
 
 
 def greedy_answers(target: str, precision: str, n: int) -> dict:
-    """Per text: (prompt ids, the target's first n greedy tokens)."""
+    """Per text: (prompt ids, the target's greedy answer of at most n tokens)."""
     dec = load_decoder(target, max_cache_len=1024, precision=precision)
-    run, out = dec.runner, {}
+    out = {}
     for task, text in TEXTS.items():
         chat = [{"role": "user", "content": text}]
         prompt_text = dec.tokenizer.apply_chat_template(
             chat, add_generation_prompt=True, tokenize=False
         )
         prompt = list(dec.tokenizer(prompt_text, add_special_tokens=False)["input_ids"])
-        slot = run.acquire()
-        answer = [int(run.extend_slot(slot, 0, prompt).argmax[-1])]
-        while len(answer) < n:
-            (rows,) = run.extend([Feed(slot, len(prompt) + len(answer) - 1, answer[-1:])])
-            answer.append(int(rows.argmax[-1]))
-        run.release(slot)
+        answer = dec.generate(prompt, max_new_tokens=n, lookup=0)[0, len(prompt) :].tolist()
         out[task] = (prompt, answer)
     return out
 
@@ -91,17 +85,22 @@ def agreement(draft: Path, answers: dict) -> tuple[dict, int]:
 
 
 def block_count(path: str) -> int:
-    r = gguf.GGUFReader(path)
+    return _block_count(gguf.GGUFReader(path))
+
+
+def _block_count(r: gguf.GGUFReader) -> int:
     arch = r.fields["general.architecture"].contents()
     return int(r.fields[f"{arch}.block_count"].contents())
 
 
 def without_layers(src: str, skip: set[int], dst: Path) -> Path:
     """A copy of the GGUF at src without the blocks in skip: the others renumbered in order, the
-    block count lowered, everything else as it was."""
+    block count lowered, everything else as it was. With nothing to skip: src itself."""
+    if not skip:
+        return Path(src)
     r = gguf.GGUFReader(src)
     arch = r.fields["general.architecture"].contents()
-    keep = [i for i in range(block_count(src)) if i not in skip]
+    keep = [i for i in range(_block_count(r)) if i not in skip]
     new_index = {old: new for new, old in enumerate(keep)}
     w = gguf.GGUFWriter(dst, arch=arch, endianess=r.endianess)
     for field in r.fields.values():
