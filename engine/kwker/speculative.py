@@ -332,7 +332,8 @@ class DraftProposer:
         """Trims the draft's cache to its longest prefix of `view`. Where more than `apart` of
         view's tokens are missing, reads all of them but the last (the next feed's) in a prefill of
         its own, timed apart (catch_up_s): a width's cost is then always measured on the usual 1-
-        or 2-token feed. Returns how many of view's tokens the cache holds; sets behind."""
+        or 2-token feed. Returns how many of view's tokens the cache holds; sets behind and
+        catch_up_s."""
         runner = self.draft.runner
         reuse = runner.reusable_prefix(slot, view)
         runner.trim(slot, runner.cached_len(slot) - reuse)
