@@ -9,24 +9,15 @@ from PySide6.QtCore import QPointF, Qt
 from PySide6.QtGui import QColor, QPainter, QPen, QPolygonF
 from PySide6.QtWidgets import QFormLayout, QLabel, QVBoxLayout, QWidget
 
-# While an answer streams, its speedup is shown once it has this many tokens: before, the rate covers a few steps,
-# and speculation's first steps (still measuring what widths pay) can read well below or above what it settles at.
-SPEEDUP_MIN_TOKENS = 16
 SPEEDUP_TIP = (
-    "How much faster this answer's tokens came than plain decoding would have given them: the "
-    "typical time of its steps against that of plain one-token steps: the latest 32, its own "
-    "and the ones before it, leaving out each answer's first four steps, which run slower after "
-    "the prompt (1.00× when speculation proposed nothing)."
+    "How much faster this answer's tokens came than plain decoding would have given them, "
+    "measured in the answer itself: its tokens times its own plain one-token step, against the "
+    "time its steps took (an answer's first four steps, which run slower after the prompt, left "
+    "out). It never exceeds the tokens a step gave. Compare… runs the A/B it estimates."
 )
 SERVER_FIGURES = "reported by the server (Kwker)"
 CLIENT_FIGURES = "measured by this app from the streamed tokens: this server reports no figures"
 NO_SPEEDUP_TIP = "This server does not report how its tokens were decoded: no speedup to show."
-ALL_SPECULATED_TIP = (
-    "Every step of this answer verified tokens that speculation proposed (an answer that quotes "
-    "its prompt, a document say), and no earlier answer of this model ran a plain one-token step: "
-    "there is none to measure against. "
-    "The exactness split view (Compare…) times plain decoding on the same prompt."
-)
 
 
 class RateChart(QWidget):
@@ -35,12 +26,13 @@ class RateChart(QWidget):
     def __init__(self, parent=None):
         super().__init__(parent)
         self.samples: list[float] = []
+        self.plain = 0.0  # plain decoding's rate, drawn as a dashed line (0: none)
         self.color = QColor("#2f6fde")
         self.setMinimumHeight(70)
         self.setAccessibleName("tokens per second chart")
 
-    def set_samples(self, samples: list[float]) -> None:
-        self.samples = samples[-200:]
+    def set_samples(self, samples: list[float], plain: float = 0.0) -> None:
+        self.samples, self.plain = samples[-200:], plain
         self.update()
 
     def paintEvent(self, event):  # noqa: N802
@@ -51,8 +43,12 @@ class RateChart(QWidget):
         p.drawRect(r)
         if len(self.samples) < 2:
             return
-        top = max(self.samples) * 1.15 or 1.0
+        top = max(*self.samples, self.plain) * 1.15 or 1.0
         n = len(self.samples) - 1
+        if self.plain:
+            y = r.bottom() - r.height() * self.plain / top
+            p.setPen(QPen(self.palette().mid().color(), 1, Qt.DashLine))
+            p.drawLine(QPointF(r.left(), y), QPointF(r.right(), y))
         poly = QPolygonF(
             [
                 QPointF(r.left() + r.width() * i / n, r.bottom() - r.height() * v / top)
@@ -65,6 +61,10 @@ class RateChart(QWidget):
         p.drawText(
             r.adjusted(4, 2, 0, 0), Qt.AlignLeft | Qt.AlignTop, f"{max(self.samples):.0f} tok/s max"
         )
+        if self.plain:
+            p.drawText(
+                r.adjusted(0, 2, -4, 0), Qt.AlignRight | Qt.AlignTop, f"- - plain {self.plain:.0f}"
+            )
 
 
 class StatsPanel(QWidget):
@@ -111,12 +111,9 @@ class StatsPanel(QWidget):
         layout.addLayout(form)
         layout.addWidget(self.chart)
         layout.addStretch(1)
-        self.samples: list[float] = []
+        self.samples: list[float] = []  # the streamed answer's tokens/s, for the chart
 
     def set_model(self, info: dict) -> None:
-        self.reference.setText("–")
-        self.speedup.setText("–")
-        self.speedup.setToolTip(SPEEDUP_TIP)
         server = info.get("server")
         if server:
             self.model.setText(f"{info['model']} · on {server}")
@@ -130,11 +127,28 @@ class StatsPanel(QWidget):
         self.form.setRowVisible(self.measured, bool(server))
 
     def start(self) -> None:
+        self.clear()
+
+    def clear(self) -> None:
+        """No answer's figures (a new conversation, an error, before the first answer)."""
         self.samples = []
         self.chart.set_samples([])
+        for label in (self.rate, self.speedup, self.reference, self.prefill, self.per_step,
+                      self.lookup, self.draft):  # fmt: skip
+            label.setText("–")
+        self.speedup.setToolTip(SPEEDUP_TIP)
+        self._documents([])
+
+    def show_answer(self, s: dict) -> None:
+        """A finished answer's saved figures (the conversation's latest), without its chart."""
+        self.clear()
+        if s.get("new_tokens"):
+            self.update_stats(s, final=True)
 
     def update_stats(self, s: dict, final: bool = False) -> None:
-        """s: a generation's statistics so far (final: the finished answer's)."""
+        """s: a generation's statistics so far (final: the finished answer's). The panel's figures
+        agree with each other by construction: plain decoding's rate is the answer's rate over
+        its speedup, and the chart draws both."""
         self._documents(s.get("documents", []))
         if s.get("measured") == "client":
             self._client_figures(s)
@@ -142,38 +156,25 @@ class StatsPanel(QWidget):
         if s.get("measured") == "server":
             self.measured.setText(SERVER_FIGURES)
         rate = s.get("tokens_per_s", 0.0)
-        if s.get("new_tokens", 0) > 1:
+        speedup = s.get("speedup")
+        plain = rate / speedup if speedup else 0.0
+        if s.get("new_tokens", 0) > 1 and not final:
             self.samples.append(rate)
-            self.chart.set_samples(self.samples)
+        self.chart.set_samples(self.samples, plain)
         self.rate.setText(f"{rate:.1f} tokens/s")
-        speedup, plain = s.get("speedup"), s.get("plain_steps", 0)
-        reference = s.get("reference_steps", plain)  # plain steps the speedup is measured against
-        if speedup is not None and (final or s.get("new_tokens", 0) >= SPEEDUP_MIN_TOKENS):
+        if speedup is not None:
             self.speedup.setText(f"{speedup:.2f}×")
             self.speedup.setToolTip(SPEEDUP_TIP)
-        elif final and s.get("steps") and not reference:
-            # no plain step to measure against: an answer that copied its prompt (a quoted
-            # document) from the first step to the last
-            self.speedup.setText("every step speculated")
-            self.speedup.setToolTip(ALL_SPECULATED_TIP)
-        else:
-            self.speedup.setText("measuring…" if not final else "–")
-        if reference:
-            # the warm plain steps, the decoder's latest and this answer's (GenerationStats.
-            # reference_steps): the first steps after a prompt run slower
-            own = s.get("reference_own", plain)
-            steps = "step" if reference == 1 else "steps"
-            where = (
-                "in this answer"
-                if reference == own
-                else f"(the latest; {own or 'none'} in this answer)"
-            )
+            steps = s.get("reference_steps", 0)
             self.reference.setText(
-                f"{s['plain_tokens_per_s']:.1f} tokens/s: the median of {reference} plain "
-                f"one-token {steps} {where}"
+                f"≈ {plain:.1f} tokens/s (timed by {steps} plain one-token steps of this answer)"
+                if speedup != 1.0 or s.get("proposed")
+                else f"{rate:.1f} tokens/s: this answer was plain decoding"
             )
-        elif final:  # not the previous answer's figure
-            self.reference.setText("no plain step measured yet")
+        else:
+            self.speedup.setText("–")
+            self.speedup.setToolTip(s.get("speedup_why") or SPEEDUP_TIP)
+            self.reference.setText("–")
         fresh = s.get("prompt_tokens", 0) - s.get("reused_prompt_tokens", 0)
         self.prefill.setText(
             f"{fresh} new tokens in {s.get('prefill_s', 0) * 1000:.0f} ms "

@@ -34,11 +34,8 @@ class SequenceState:
         self.spec = spec
         self.slot: int | None = None  # the runner's slot, from admission (see place)
         self.prefilled = 0  # prompt tokens whose K/V are in the cache
-        self.stats = GenerationStats(
-            prompt_tokens=len(prompt),
-            plain_before=[t for _, t in spec.costs.plain_s],
-            cold_before=list(spec.costs.cold_s),
-        )
+        self.stats = GenerationStats(prompt_tokens=len(prompt))
+        spec.meter = self.stats.meter  # it asks for a plain step now and then (kwker.speedup)
         self.detok = StreamingDetokenizer(tokenizer) if tokenizer is not None else None
         self.eos = set(sampler.params.eos_token_ids)
         # greedy without processors: the native argmax is the answer
@@ -158,9 +155,7 @@ class SequenceState:
         chunks = self._emit(new, kept, self._logprobs(rows, new))
         now = time.perf_counter()
         self.stats.decode_s = now - self.first_token_at
-        kind = self.stats.add_step(self._source, fed, now - self._planned_at)
-        if kind is not None:  # a plain step: the next answers' speedup reference
-            self.spec.costs.add_plain(now - self._planned_at, now, warm=kind == "warm")
+        self.stats.add_step(self._source, fed, len(chunks), now - self._planned_at)
         return chunks
 
     def _verify(self, argmax, logits, branch: Rows | None):

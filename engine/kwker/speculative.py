@@ -24,7 +24,6 @@ from typing import ClassVar
 
 import numpy as np
 
-from kwker.streaming import GenerationStats
 from kwker.suffix import Follower, SuffixAutomaton, SuffixCache
 
 
@@ -447,25 +446,6 @@ class StepCosts:
     # id(draft) -> the time of catching up on one token of the text (a proposal's prefill of what
     # the draft has not seen: the prompt, a run of lookup's tokens, the steps it sat out) / 1-token step
     draft_catch_up: dict[int, float] = field(default_factory=dict)
-    # the latest GenerationStats.PLAIN_REFERENCE warm 1-token steps of the sequences it served, as
-    # (when, seconds) by their statistics' clock (time.perf_counter): what a later answer's speedup
-    # is measured against, beside its own (GenerationStats.plain_before); and the latest cold ones
-    # (seconds), its fallback (GenerationStats.cold_before)
-    plain_s: list[tuple[float, float]] = field(default_factory=list)
-    cold_s: list[float] = field(default_factory=list)
-
-    def add_plain(self, seconds: float, at: float, warm: bool = True) -> None:
-        if warm:
-            self.plain_s.append((at, seconds))
-            del self.plain_s[: -GenerationStats.PLAIN_REFERENCE]
-        else:
-            self.cold_s.append(seconds)
-            del self.cold_s[: -GenerationStats.PLAIN_REFERENCE]
-
-    def recent_plain(self, now: float, age: float) -> int:
-        """How many of plain_s were timed in the latest `age` seconds."""
-        return sum(now - at <= age for at, _ in self.plain_s)
-
     def _stale(self, fed: int) -> bool:
         return self.recorded - self.recorded_at.get(fed, self.recorded) > self.STALE
 
@@ -556,16 +536,6 @@ class Speculator:
     MATCH_BUCKETS = (1, 2, 4, 8, 16)
     LONG_MATCH = 16
     LONG_LOOKUP = 3
-    # A generation's speedup is measured against warm plain steps (GenerationStats.reference_steps:
-    # none of a generation's first COLD_STEPS), the decoder's latest and its own. Where speculation
-    # proposes at every step, a plain step is taken once REFERENCE_GAP steps have passed without
-    # one, while the decoder has timed fewer than REFERENCE_STEPS of them in the latest
-    # REFERENCE_AGE seconds: a few tokens' worth of a long answer's time, once in a while. A short
-    # answer never takes one (a rewrite's 10 steps of 16 tokens would lose a tenth of its speed:
-    # perf-notes #35).
-    REFERENCE_STEPS = 4
-    REFERENCE_GAP = 16
-    REFERENCE_AGE = 300.0
     # A tree: beside a draft's chain, one branch that shares the chain's first i tokens and
     # replaces the rest, verified in the same step in a second slot (runner.Feed.branch_of): the
     # draft's runner-up at i, or lookup's continuation where it parts from the chain at i. Where
@@ -611,6 +581,7 @@ class Speculator:
         self._inherited = self.costs.step1_s > 0
         self.draft_s = 0.0
         self.trace: list[dict] | None = None  # a list to record each decision in (diagnostics)
+        self.meter = None  # the sequence's SpeedupMeter, which may ask for a plain step
         # lookup's continuation where it was found and not proposed: checked against the step's
         # tokens (feedback), so lookup's records keep learning while it sits out
         self._shadow: list[int] | None = None
@@ -773,12 +744,8 @@ class Speculator:
             self.trace.append(dict(step=self._steps, **what))
 
     def _reference_due(self) -> bool:
-        """Whether this step should be plain for the speedup's reference (REFERENCE_*)."""
-        return (
-            self._steps - self._last_plain >= self.REFERENCE_GAP
-            and self.costs.recent_plain(time.perf_counter(), self.REFERENCE_AGE)
-            < self.REFERENCE_STEPS
-        )
+        """Whether this step should be plain for the speedup's reference (kwker.speedup)."""
+        return self.meter is not None and self.meter.wants_plain()
 
     def propose(self, tokens: list[int], room: int) -> tuple[str | None, list[int]]:
         """(source, tokens) to verify after the text; room = how many may be proposed at most.

@@ -11,7 +11,7 @@ from helpers import WithoutPropose, tiny_llama
 
 from kwker.decode import KwkDecoder
 from kwker.speculative import DraftProposer, LookupProposer, Speculator, StepCosts
-from kwker.streaming import GenerationStats
+from kwker.speedup import SpeedupMeter
 
 # A prompt that repeats itself, so that lookup has something to propose, and one that does not.
 REPEATS = [5, 9, 33, 102, 7, 61, 5, 9, 33, 102, 7, 61, 5, 9, 33]
@@ -744,43 +744,34 @@ def test_the_speedup_is_one_without_proposals_and_measured_against_the_answers_o
     run(dec, PLAIN, lookup=0)
     s = dec.last_stats
     assert s.plain_steps == s.steps == 39 and s.speedup == 1.0  # the same steps on both sides
-    own = s.step_times[("plain", 1)]  # a fresh decoder: the latest 32 of the answer's own steps
-    assert s.reference_steps == own[-32:] and s.plain_step_s == statistics.median(own[-32:])
+    warm = s.step_times[("plain", 1)][SpeedupMeter.COLD_STEPS :]  # the answer's own, warm
+    assert s.meter.plain == warm and s.plain_step_s == statistics.median(warm)
     lookup = run(dec, REPEATS)
     s = dec.last_stats
     kinds = {source for source, _ in s.step_times}
-    assert kinds == {"plain", "lookup"} and s.speedup is not None and s.speedup > 0
+    assert kinds == {"plain", "lookup"}
+    assert s.speedup is not None and 0 < s.speedup <= s.meter.tokens / s.meter.warm_steps
     assert sum(len(t) for t in s.step_times.values()) == s.steps
     assert torch.equal(lookup, run(dec, REPEATS, lookup=0))
 
 
-def always_matched(costs: StepCosts, steps: int) -> list[int]:
-    """The steps a speculator with `costs` (inherited: no warm-up) takes plain on a text that lookup
-    always matches; its warm plain steps join the decoder's reference, as Sequence.absorb adds them."""
+def test_a_speculator_that_always_proposes_takes_a_plain_step_for_the_meter_now_and_then():
+    """Where lookup always matches, the answer's SpeedupMeter asks for a plain step once
+    REFERENCE_GAP warm steps in a row proposed: so one step in REFERENCE_GAP + 1 at most."""
+    costs = StepCosts(step1_s=0.004, relative={fed: 1.0 for fed in range(2, 10)})
     text = [1, 2, 3, 4, 5, 6, 7, 8] * 20
     spec = Speculator(LookupProposer(), None, lookup_max=8, costs=costs)
+    spec.meter = meter = SpeedupMeter()
     plain_at = []
-    for step in range(steps):
+    for step in range(120):
         source, cands = spec.propose(text, room=50)
         if source is None:
             plain_at.append(step)
-            if step >= GenerationStats.COLD_STEPS:
-                costs.add_plain(0.004, time.perf_counter())
         spec.feedback(source, len(cands), len(cands), len(cands) + 1, 0.004, None)
-    return plain_at
-
-
-def test_a_speculator_that_always_proposes_still_takes_reference_plain_steps():
-    """The speedup needs warm plain steps (none of an answer's first COLD_STEPS): where lookup
-    always matches, every REFERENCE_GAP-th step is plain until the decoder has REFERENCE_STEPS of
-    them from the latest REFERENCE_AGE seconds. The next answer takes none; once those have aged,
-    it takes them again."""
-    costs = StepCosts(step1_s=0.004, relative={fed: 1.0 for fed in range(2, 10)})
-    gap, n = Speculator.REFERENCE_GAP, Speculator.REFERENCE_STEPS
-    assert always_matched(costs, 120) == [gap * (i + 1) + i for i in range(n)]
-    assert always_matched(costs, 120) == []  # the decoder's reference is recent
-    costs.plain_s = [(at - Speculator.REFERENCE_AGE - 1, s) for at, s in costs.plain_s]
-    assert always_matched(costs, 120) == [gap * (i + 1) + i for i in range(n)]
+        meter.add(source, len(cands) + 1, len(cands) + 1, 0.004)
+    gap, cold = SpeedupMeter.REFERENCE_GAP, SpeedupMeter.COLD_STEPS
+    assert plain_at == [cold + (gap + 1) * i + gap for i in range(len(plain_at))]
+    assert len(plain_at) == (120 - cold) // (gap + 1)
 
 
 def real_pair(smollm2, max_batch=1):

@@ -22,6 +22,7 @@ from kwker.generation import StepDecoder
 from kwker.loading import packed_cache
 from kwker.loading.build import empty_step, load_weights, own_precision
 from kwker.loading.config import config_from_gguf, config_from_json
+from kwker.loading import sampling_defaults as presets
 from kwker.loading.gguf_file import read_gguf
 from kwker.loading.sources import (
     BadModelFile,
@@ -43,6 +44,8 @@ class FileDecoder(StepDecoder):
         super().__init__(model, step, precision, tokenizer, returns="numpy")
         self.path, self.kv_cache = path, kv_cache
         self.load_seconds, self.from_cache = seconds, from_cache
+        # (where from, {setting: value}): the sampling the files recommend (kwker.models.presets)
+        self.sampling_defaults = getattr(model.generation_config, "sampling_defaults", (None, {}))
 
 
 def open_files(path: Path):
@@ -53,6 +56,7 @@ def open_files(path: Path):
         config = config_from_gguf(gguf)
         source = GgufSource(gguf, config)
         generation = SimpleNamespace(eos_token_id=getattr(config, "eos_token_id", None))
+        generation.sampling_defaults = (presets.GGUF, presets.from_gguf(gguf.metadata))
         return config, source, [path], generation, lambda: load_tokenizer(gguf)
     if not (path / "config.json").is_file():
         raise BadModelFile(f"{path} has no config.json: not a model folder")
@@ -62,7 +66,17 @@ def open_files(path: Path):
         raise BadModelFile(f"{path / 'config.json'}: {e}") from None
     source = SafetensorsSource(path)
     gen_file = path / "generation_config.json"
-    generation = SimpleNamespace(**json.loads(gen_file.read_text())) if gen_file.exists() else None
+    generation = None
+    if gen_file.exists():
+        try:
+            settings = json.loads(gen_file.read_text())
+        except ValueError as e:
+            raise BadModelFile(f"{gen_file}: {e}") from None
+        if not isinstance(settings, dict):
+            raise BadModelFile(f"{gen_file}: not a JSON object")
+        generation = SimpleNamespace(**settings)
+        sampling = presets.from_generation_config(settings)
+        generation.sampling_defaults = (presets.GENERATION_CONFIG, sampling)
     # a folder without tokenizer.json (weights alone) runs on token ids
     has_tokenizer = (path / "tokenizer.json").is_file()
     return (

@@ -30,6 +30,9 @@ class CatalogEntry:
     # its safetensors take 2 bytes a parameter (download_bytes), and the shapes agree with the
     # GGUFs the PyPI packages carry (SmolLM2-135M, Qwen2.5-Coder, Gemma 3 270M) and with params.
     config: dict = field(default_factory=dict, compare=False)
+    # the sampling the model answers well at where its files say nothing (kwker.models.presets)
+    preset: dict = field(default_factory=dict, compare=False)
+    base: bool = False  # a base model: it continues text, it does not answer (no chat template)
 
     @property
     def runs_natively(self) -> bool:

@@ -1,0 +1,105 @@
+"""The speedup an answer shows: how much faster speculation gave its tokens than plain decoding
+would have, measured inside the answer itself. This is the one place the figure is made.
+
+What it estimates is what an A/B measures: the same prompt decoded plainly and with speculation,
+one after the other on the same machine, time against time. Inside one answer:
+
+    speedup = (tokens the steps gave) x (a plain step's time) / (the time the steps took)
+
+- Only warm steps count, on both sides: an answer's first COLD_STEPS decode steps run 10-30%
+  slower than a steady one (the caches are cold after prefill; perf-notes #33, #35).
+- The plain step's time is the median of this answer's own warm one-token steps, never an earlier
+  answer's: those ran under another load and at another length, and gave 2.71x beside 1.07
+  tokens a step (issue 44). The steps' time is, per kind of step (its source and width), its count
+  times its median, so that a step the machine held up sways neither side.
+- Fewer than MIN_PLAIN plain steps, or fewer than MIN_TOKENS tokens, is too little evidence: the
+  figure is None, and `why` says what is missing (the window shows "–" with it). Two plain steps
+  once gave 1.80x.
+- A step of k tokens costs at least a one-token step, so the speedup can never exceed the tokens
+  a warm step gave on average; a figure above it is noise, and is held to it.
+
+Where speculation proposes at every step (a rewrite), there would be no plain step to measure
+against, so the meter asks for one (wants_plain) once REFERENCE_GAP warm steps have passed
+without one. This is a statistic that slows the answer, by choice: a plain step in place of a
+step of t tokens costing c plain steps loses (1 - c / t) of a step, at most one step in
+REFERENCE_GAP + 1: for a rewrite at 10 tokens a step and 2.5x, about 2% of its time (perf-notes
+#41). Without it a rewrite could show no figure at all. Its token is the target's, as every
+token is: the output does not change.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from statistics import median
+from typing import ClassVar
+
+PLAIN = "plain"  # the kind of a one-token step with nothing proposed
+
+
+@dataclass
+class SpeedupMeter:
+    COLD_STEPS: ClassVar[int] = 4  # an answer's first decode steps, left out on both sides
+    MIN_PLAIN: ClassVar[int] = 6  # warm plain steps needed to show a figure
+    MIN_TOKENS: ClassVar[int] = 16  # tokens from warm steps needed to show a figure
+    REFERENCE_GAP: ClassVar[int] = 16  # warm speculative steps in a row before a plain one
+
+    steps: int = 0  # decode steps seen, cold ones included
+    tokens: int = 0  # tokens the warm steps gave
+    # warm steps' times (seconds) by kind: (PLAIN, 1), or (source, tokens fed) for a speculative one
+    times: dict[tuple[str, int], list[float]] = field(default_factory=dict)
+    since_plain: int = 0  # warm speculative steps since the latest plain one
+
+    def add(self, source: str | None, fed: int, tokens: int, seconds: float) -> None:
+        """A decode step: what proposed (None: nothing), the tokens it fed, the tokens it gave
+        and its time (from its plan to the end of its absorb)."""
+        self.steps += 1
+        if self.steps <= self.COLD_STEPS:
+            return
+        plain = source is None and fed == 1
+        self.times.setdefault((PLAIN, 1) if plain else (source or PLAIN, fed), []).append(seconds)
+        self.tokens += tokens
+        self.since_plain = 0 if plain else self.since_plain + 1
+
+    def wants_plain(self) -> bool:
+        """Whether the next step should be plain, for the figure's reference (see the module)."""
+        return self.since_plain >= self.REFERENCE_GAP
+
+    @property
+    def plain(self) -> list[float]:
+        return self.times.get((PLAIN, 1), [])
+
+    @property
+    def plain_step_s(self) -> float:
+        """The median of this answer's warm plain steps (0 without any)."""
+        return median(self.plain) if self.plain else 0.0
+
+    @property
+    def warm_steps(self) -> int:
+        return sum(len(t) for t in self.times.values())
+
+    @property
+    def why(self) -> str:
+        """Why there is no figure ("" when there is one)."""
+        if self.tokens < self.MIN_TOKENS:
+            return (
+                f"Too short to measure: {self.tokens} tokens after the first {self.COLD_STEPS} "
+                f"steps (at least {self.MIN_TOKENS} are needed)."
+            )
+        if len(self.plain) < self.MIN_PLAIN:
+            return (
+                f"Too little evidence: {len(self.plain)} plain one-token steps in this answer to "
+                f"time plain decoding by (at least {self.MIN_PLAIN} are needed). "
+                "Compare… times plain decoding on the same prompt."
+            )
+        return ""
+
+    @property
+    def speedup(self) -> float | None:
+        """The answer's speedup over plain decoding, or None with too little evidence (why)."""
+        if self.why:
+            return None
+        if set(self.times) == {(PLAIN, 1)}:
+            return 1.0  # nothing was proposed: this answer was plain decoding
+        typical = sum(len(t) * median(t) for t in self.times.values())
+        figure = self.tokens * self.plain_step_s / typical
+        return min(figure, self.tokens / self.warm_steps)  # a step costs at least a plain one
