@@ -446,6 +446,7 @@ class StepCosts:
     # id(draft) -> the time of catching up on one token of the text (a proposal's prefill of what
     # the draft has not seen: the prompt, a run of lookup's tokens, the steps it sat out) / 1-token step
     draft_catch_up: dict[int, float] = field(default_factory=dict)
+
     def _stale(self, fed: int) -> bool:
         return self.recorded - self.recorded_at.get(fed, self.recorded) > self.STALE
 

@@ -2,7 +2,6 @@
 prompt lookup and a draft model, bit for bit (the batch-invariant kernels make this possible)."""
 
 import statistics
-import time
 
 import numpy as np
 import pytest

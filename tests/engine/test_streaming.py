@@ -1,12 +1,11 @@
 """stream_generate: chunks, closing stops generation, KV-cache reuse across calls, UTF-8 safe text pieces."""
 
-import statistics
 import time
 
 from helpers import tiny_llama
 
 from kwker.decode import KwkDecoder
-from kwker.streaming import GenerationStats, StreamingDetokenizer
+from kwker.streaming import StreamingDetokenizer
 
 PROMPT = [4, 8, 15, 16, 23, 42]
 
@@ -107,5 +106,3 @@ def test_detokenizer_never_emits_half_a_character():
     assert "".join(pieces) + detok.flush() == text
     assert all("\ufffd" not in p for p in pieces)
     assert pieces[1] == "" and pieces[2] == "é"  # held back until the second byte arrives
-
-

@@ -20,9 +20,9 @@ from types import SimpleNamespace
 
 from kwker.generation import StepDecoder
 from kwker.loading import packed_cache
+from kwker.loading import sampling_defaults as presets
 from kwker.loading.build import empty_step, load_weights, own_precision
 from kwker.loading.config import config_from_gguf, config_from_json
-from kwker.loading import sampling_defaults as presets
 from kwker.loading.gguf_file import read_gguf
 from kwker.loading.sources import (
     BadModelFile,
