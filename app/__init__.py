@@ -39,11 +39,45 @@ def main(argv=None) -> int:
         return 1
     from PySide6.QtWidgets import QApplication
 
-    from kwker.app.store import Store
+    from kwker.app import logs
+    from kwker.app.store import data_dir
     from kwker.app.views.main_window import MainWindow
 
+    logs.start(data_dir())
     app = QApplication.instance() or QApplication(sys.argv[:1])
     app.setApplicationName("Kwker")
-    window = MainWindow(Store(), model=args.model)
+    store = open_store()
+    if store is None:
+        return 1
+    window = MainWindow(store, model=args.model)
     window.show()
     return app.exec()
+
+
+def open_store(ask=None):
+    """The chats database; a damaged one is set aside (renamed, never deleted) for a fresh one
+    if the user agrees (ask(message) -> bool; default: a dialog). None if they do not."""
+    import logging
+
+    from kwker.app.store import DamagedStore, Store, data_dir
+
+    try:
+        return Store()
+    except DamagedStore as e:
+        logging.getLogger(__name__).error("%s", e)
+        message = (
+            f"Kwker cannot read its chats file:\n{e}\n\nKeep it aside (renamed beside it, "
+            "nothing is deleted) and start with an empty one?"
+        )
+        if not (ask or _ask)(message):
+            return None
+        aside = Store.set_aside(data_dir() / "chats.db")
+        logging.getLogger(__name__).warning("set the damaged chats file aside as %s", aside)
+        return Store()
+
+
+def _ask(message: str) -> bool:
+    from PySide6.QtWidgets import QMessageBox
+
+    answer = QMessageBox.question(None, "Kwker: damaged chats file", message)
+    return answer == QMessageBox.Yes

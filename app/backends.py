@@ -77,9 +77,16 @@ class LocalBackend:
                 precision=DRAFT, threads=threads,
             )  # fmt: skip
             decoder.check_draft(draft)
+        from kwker.models.catalog import entry
+        from kwker.models.presets import model_preset
+
+        preset = model_preset(decoder, opts["model"])
+        listed = entry(opts["model"])
         info = {
             "model": opts["model"],
             "server": "",
+            # the sampling the model answers well at (kwker.models.presets), and where from
+            "preset": {"values": preset.values, "sources": preset.sources},
             "precision": decoder.precision,
             "isa": decoder.isa,
             "threads": decoder.threads,
@@ -87,9 +94,17 @@ class LocalBackend:
             "draft": opts.get("draft_model") or "",
             "chat_template": bool(getattr(decoder.tokenizer, "chat_template", None)),
         }
+        # a base model continues text rather than answering: its catalog entry says so, or it
+        # has no chat template
+        info["base"] = bool(listed and listed.base) or not info["chat_template"]
         return cls(decoder, draft, info)
 
     def _prompt_ids(self, messages: list[dict]) -> list[int]:
+        """The prompt for messages; one that ends with an answer (cut at max_new_tokens) is the
+        prompt of that answer followed by its text, which the model then continues."""
+        if messages and messages[-1]["role"] == "assistant":
+            text = self.tokenizer(messages[-1]["content"], add_special_tokens=False)["input_ids"]
+            return self._prompt_ids(messages[:-1]) + list(text)
         if getattr(self.tokenizer, "chat_template", None):
             return list(
                 self.tokenizer.apply_chat_template(
@@ -117,7 +132,8 @@ class LocalBackend:
 
         prompt = fit(messages, start)
         cited = []
-        if documents:  # the room the chat leaves, the answer's kept free
+        # the documents get the room the chat leaves, the answer's kept free (not on a continuation)
+        if documents and messages[-1]["role"] == "user":
             budget = prompt.room - answer_reserve(context, max_new)
             docs = build_context(documents, messages[-1]["content"], budget, self._count)
             asked = [*messages[:-1], {**messages[-1], "content": with_documents(

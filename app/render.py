@@ -127,7 +127,7 @@ def citations(cited: list[dict]) -> str:
 
 def message_html(
     index: int, role: str, body_html: str, editable: bool, note: str = "", stats: str = "",
-    version: tuple[int, int] = (1, 1), cites: str = "",
+    version: tuple[int, int] = (1, 1), cites: str = "", continue_link: bool = False,
 ) -> str:  # fmt: skip
     """A message with its links (Copy, Edit, Fork from here when editable: a finished one) and,
     when it has other versions, its "< 2/3 >" switcher."""
@@ -140,6 +140,9 @@ def message_html(
         links.insert(0, version_switcher(index, *version))
     who = {"user": "You", "assistant": "Assistant", "system": "System"}.get(role, role)
     note_html = f' <span class="note">{html.escape(note)}</span>' if note else ""
+    if continue_link:  # an answer cut at max_new_tokens: "Stopped at N tokens · Continue"
+        note_html += ' <span class="note">·</span> <a href="continue:0"><b>Continue</b></a>'
+
     stats_html = f'<p class="stats">{html.escape(stats)}</p>' if stats else ""
     if cites:
         stats_html = f'<p class="stats">{html.escape(cites)}</p>' + stats_html

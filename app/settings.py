@@ -53,6 +53,39 @@ PER_CONVERSATION = (
     "lookup_tokens",
 )
 
+# The sampling a model's preset may give (kwker.models.presets): where the user has not set one,
+# the loaded model's own value replaces the app's default.
+SAMPLING = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty")
+DEFAULT_SOURCE, USER_SOURCE = "Kwker's default", "your setting"
+
+
+def effective(saved: dict, preset_values: dict) -> dict:
+    """The settings in force: the app's defaults, under the loaded model's preset, under what the
+    user saved."""
+    return {**DEFAULTS, **preset_values, **saved}
+
+
+def sampling_sources(saved: dict, preset_sources: dict) -> dict:
+    """Where each sampling setting in force came from, as the settings panel says it."""
+    return {
+        k: USER_SOURCE if k in saved else preset_sources.get(k, DEFAULT_SOURCE) for k in SAMPLING
+    }
+
+
+def user_values(values: dict, preset_values: dict, saved: dict) -> tuple[dict, list[str]]:
+    """(values to save, sampling keys to forget) for values applied from the panel: a sampling
+    value equal to what the model's preset (or the app's default) gives is not the user's own, so
+    it is forgotten and follows the next model's preset; any other is kept as the user's."""
+    keep, forget = {}, []
+    for key, value in values.items():
+        if key in SAMPLING and value == preset_values.get(key, DEFAULTS[key]):
+            if key in saved:
+                forget.append(key)
+            continue
+        keep[key] = value
+    return keep, forget
+
+
 # Changing these reloads the model.
 LOAD_KEYS = (
     "model", "precision", "draft_model", "context_length", "threads", "server_url", "server_model",

@@ -1,7 +1,12 @@
 """Conversations, messages and settings in SQLite (platformdirs' user data dir; KWKER_DATA_DIR overrides it).
 
-Every change is its own transaction (WAL journal), and the answer being streamed is written as its tokens arrive,
-so a crash loses at most the token in flight. The schema carries a version; `migrate` brings an older file up.
+Every change is one transaction (WAL journal; a change of several statements, a fork say, is all
+or nothing), and the answer being streamed is written as its tokens arrive, so a crash loses at most
+the token in flight. A write waits at most LOCK_WAIT_S for another process's lock, so the GUI
+thread never stalls on it; a write that fails (locked, disk full, read-only) raises
+sqlite3.Error, and the window keeps what it could not write (kwker.app.saving). The schema carries
+a version; `migrate` brings an older file up. A file that is not a database, or a damaged one,
+raises DamagedStore: the app offers to set it aside (set_aside) and start a fresh one.
 
 A conversation is a tree of messages (each names its parent), so that nothing is lost when the user
 goes back: regenerating adds a sibling answer, editing a message adds a sibling question, and the
@@ -12,6 +17,7 @@ it was left.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sqlite3
@@ -22,6 +28,12 @@ from pathlib import Path
 import platformdirs
 
 SCHEMA_VERSION = 4
+LOCK_WAIT_S = 0.04  # how long a write waits for another process's lock (the GUI thread waits)
+
+
+class DamagedStore(RuntimeError):
+    """The chats file cannot be read as Kwker's database."""
+
 
 # Each migration takes the database from version i to i + 1.
 MIGRATIONS = [
@@ -115,11 +127,47 @@ class Conversation:
 class Store:
     def __init__(self, path: Path | None = None):
         self.path = Path(path) if path else data_dir() / "chats.db"
-        self.db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-        self.db.execute("PRAGMA journal_mode=WAL")
-        self.db.execute("PRAGMA synchronous=NORMAL")
-        self.db.execute("PRAGMA foreign_keys=ON")
-        self.migrate()
+        self.db = sqlite3.connect(
+            self.path, isolation_level=None, check_same_thread=False, timeout=LOCK_WAIT_S
+        )
+        try:
+            self.db.execute("PRAGMA journal_mode=WAL")
+            self.db.execute("PRAGMA synchronous=NORMAL")
+            self.db.execute("PRAGMA foreign_keys=ON")
+            if self.db.execute("PRAGMA quick_check").fetchone()[0] != "ok":
+                raise sqlite3.DatabaseError("its integrity check failed")
+            self.migrate()
+        except sqlite3.DatabaseError as e:
+            self.db.close()
+            raise DamagedStore(f"{self.path} cannot be read: {e}") from e
+
+    @staticmethod
+    def set_aside(path: Path) -> Path:
+        """Renames a damaged chats file (and its journal) out of the way; returns its new name."""
+        aside = path.with_name(f"{path.name}.damaged-{time.strftime('%Y%m%d-%H%M%S')}")
+        for suffix in ("-wal", "-shm"):
+            journal = path.with_name(path.name + suffix)
+            if journal.exists():
+                journal.rename(aside.with_name(aside.name + suffix))
+        path.rename(aside)
+        return aside
+
+    @contextlib.contextmanager
+    def _tx(self):
+        """One transaction: every statement in it lands, or none (BEGIN IMMEDIATE takes the write
+        lock at once, so a lock held elsewhere fails here, before anything is written)."""
+        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        except BaseException:
+            self.db.execute("ROLLBACK")
+            raise
+        try:
+            self.db.execute("COMMIT")
+        except sqlite3.Error:
+            with contextlib.suppress(sqlite3.Error):
+                self.db.execute("ROLLBACK")
+            raise
 
     def close(self) -> None:
         self.db.close()
@@ -135,8 +183,7 @@ class Store:
                 f"{self.path} was written by a newer Kwker (schema {version} > {SCHEMA_VERSION})"
             )
         for i in range(version, SCHEMA_VERSION):
-            with self.db:
-                self.db.execute("BEGIN")
+            with self._tx():
                 for statement in MIGRATIONS[i].split(";"):
                     if statement.strip():
                         self.db.execute(statement)
@@ -145,7 +192,7 @@ class Store:
     # -------------------------------------------------------------------------------------------- conversations
     def new_conversation(self, title: str = "New chat") -> Conversation:
         now = time.time()
-        with self.db:
+        with self._tx():
             cur = self.db.execute(
                 "INSERT INTO conversations (title, created, updated) VALUES (?, ?, ?)",
                 (title, now, now),
@@ -171,21 +218,21 @@ class Store:
         return _conversation(r)
 
     def rename(self, cid: int, title: str) -> None:
-        with self.db:
+        with self._tx():
             self.db.execute("UPDATE conversations SET title = ? WHERE id = ?", (title, cid))
 
     def delete(self, cid: int) -> None:
-        with self.db:
+        with self._tx():
             self.db.execute("DELETE FROM conversations WHERE id = ?", (cid,))
 
     def set_overrides(self, cid: int, overrides: dict) -> None:
-        with self.db:
+        with self._tx():
             self.db.execute(
                 "UPDATE conversations SET overrides = ? WHERE id = ?", (json.dumps(overrides), cid)
             )
 
     def set_context_from(self, cid: int, mid: int) -> None:
-        with self.db:
+        with self._tx():
             self.db.execute("UPDATE conversations SET context_from = ? WHERE id = ?", (mid, cid))
 
     # ---------------------------------------------------------------------------------------------- messages
@@ -221,7 +268,7 @@ class Store:
         an earlier message)."""
         now = time.time()
         parent = self.conversation(cid).leaf_id or None
-        with self.db:
+        with self._tx():
             cur = self.db.execute(
                 "INSERT INTO messages (conversation_id, role, content, created, complete, "
                 "parent_id, chosen) VALUES (?, ?, ?, ?, ?, ?, ?)",
@@ -241,7 +288,7 @@ class Store:
         while m in rows:
             path.append(m)
             m = rows[m][6]
-        with self.db:
+        with self._tx():
             self.db.execute("UPDATE conversations SET leaf_id = ? WHERE id = ?", (mid or 0, cid))
             self.db.executemany(
                 "UPDATE messages SET chosen = ? WHERE id = ?", [(time.time(), p) for p in path]
@@ -269,7 +316,7 @@ class Store:
         path = self.messages(cid)
         path = path[: next(i for i, m in enumerate(path) if m.id == mid) + 1]
         now = time.time()
-        with self.db:
+        with self._tx():
             new = self.db.execute(
                 "INSERT INTO conversations (title, created, updated, overrides) VALUES (?, ?, ?, ?)",
                 (f"{conv.title} (fork)", now, now, json.dumps(conv.overrides)),
@@ -309,7 +356,7 @@ class Store:
         if complete is not None:
             sets.append("complete = ?")
             args.append(int(complete))
-        with self.db:
+        with self._tx():
             self.db.execute(f"UPDATE messages SET {', '.join(sets)} WHERE id = ?", (*args, mid))
 
     def delete_message(self, mid: int) -> None:
@@ -321,7 +368,7 @@ class Store:
         if row is None:
             return
         cid, parent = row
-        with self.db:
+        with self._tx():
             self.db.execute("DELETE FROM messages WHERE id = ?", (mid,))  # cascades to children
             gone = "NOT IN (SELECT id FROM messages)"
             self.db.execute(
@@ -335,7 +382,7 @@ class Store:
 
     # ------------------------------------------------------------------------------------------- attachments
     def add_attachment(self, cid: int, name: str, text: str, tokens: int) -> Attachment:
-        with self.db:
+        with self._tx():
             cur = self.db.execute(
                 "INSERT INTO attachments (conversation_id, name, text, tokens, created) "
                 "VALUES (?, ?, ?, ?, ?)",
@@ -351,7 +398,7 @@ class Store:
         return [Attachment(*r) for r in rows]
 
     def remove_attachment(self, aid: int) -> None:
-        with self.db:
+        with self._tx():
             self.db.execute("DELETE FROM attachments WHERE id = ?", (aid,))
 
     # ---------------------------------------------------------------------------------------------- settings
@@ -359,12 +406,17 @@ class Store:
         return {k: json.loads(v) for k, v in self.db.execute("SELECT key, value FROM settings")}
 
     def save_settings(self, values: dict) -> None:
-        with self.db:
+        with self._tx():
             self.db.executemany(
                 "INSERT INTO settings (key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET "
                 "value = excluded.value",
                 [(k, json.dumps(v)) for k, v in values.items()],
             )
+
+    def forget_settings(self, keys) -> None:
+        """Drops saved settings: they follow the defaults (the model's preset) again."""
+        with self._tx():
+            self.db.executemany("DELETE FROM settings WHERE key = ?", [(k,) for k in keys])
 
 
 _CONVERSATION = "id, title, updated, overrides, context_from, leaf_id"

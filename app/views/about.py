@@ -8,6 +8,7 @@ import sys
 from importlib import metadata
 from pathlib import Path
 
+from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QDialog, QDialogButtonBox, QLabel, QPlainTextEdit, QVBoxLayout
 
 
@@ -44,9 +45,20 @@ class AboutDialog(QDialog):
         title = QLabel(
             f"<b>Kwker {version()}</b><br>Fast, exact LLM inference on a plain CPU, and this chat "
             "app.<br>Licensed under the Apache License 2.0. The default model, "
-            "SmolLM2-135M-Instruct by Hugging Face, is Apache-2.0 too."
+            "Qwen2.5-Coder-1.5B-Instruct by the Qwen team (Alibaba Cloud), is Apache-2.0 too."
         )
         title.setWordWrap(True)
+        from kwker.app import logs
+        from kwker.app.store import data_dir
+
+        folder = data_dir()
+        self.logs = QLabel(
+            f"The app's log is {folder / logs.LOG_NAME}; a crash leaves its trace in "
+            f"{folder / logs.CRASH_NAME}. Send both with a bug report."
+        )
+        self.logs.setWordWrap(True)
+        self.logs.setTextInteractionFlags(Qt.TextSelectableByMouse)
+        self.logs.setAccessibleName("where the log is")
         self.text = QPlainTextEdit(notices())
         self.text.setReadOnly(True)
         self.text.setAccessibleName("third-party notices")
@@ -54,6 +66,7 @@ class AboutDialog(QDialog):
         buttons.rejected.connect(self.reject)
         layout = QVBoxLayout(self)
         layout.addWidget(title)
+        layout.addWidget(self.logs)
         layout.addWidget(QLabel("Third-party software and its licenses:"))
         layout.addWidget(self.text, 1)
         layout.addWidget(buttons)

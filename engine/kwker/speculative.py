@@ -447,6 +447,18 @@ class StepCosts:
     # the draft has not seen: the prompt, a run of lookup's tokens, the steps it sat out) / 1-token step
     draft_catch_up: dict[int, float] = field(default_factory=dict)
 
+    # the decoder's latest warm plain steps as (when, seconds), for the next answers' speedup
+    # (kwker.speedup.SpeedupMeter.earlier)
+    plain_s: list[tuple[float, float]] = field(default_factory=list)
+
+    def add_plain(self, seconds: float, at: float) -> None:
+        self.plain_s.append((at, seconds))
+        del self.plain_s[:-32]
+
+    def recent_plain(self, now: float, age: float) -> list[float]:
+        """The plain steps timed in the latest `age` seconds."""
+        return [seconds for at, seconds in self.plain_s if now - at <= age]
+
     def _stale(self, fed: int) -> bool:
         return self.recorded - self.recorded_at.get(fed, self.recorded) > self.STALE
 

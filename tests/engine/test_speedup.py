@@ -101,3 +101,21 @@ def test_it_asks_for_a_plain_step_after_a_run_of_speculative_ones():
     assert m.wants_plain()
     m.add(None, 1, 1, 0.010)
     assert not m.wants_plain()
+
+
+def test_earlier_plain_steps_join_only_when_this_answers_agree():
+    """A rewrite takes few plain steps of its own: the decoder's recent ones make up the reference
+    while this answer's (at least MIN_OWN) agree with them, and never where they disagree (an
+    earlier answer under another load once gave 2.71x beside 1.07 tokens a step)."""
+    for earlier, own, joins in (([0.010] * 8, 0.0105, True), ([0.005] * 8, 0.010, False)):
+        m = SpeedupMeter(earlier=list(earlier))
+        for _ in range(COLD):
+            m.add(None, 1, 1, 0.030)
+        for _ in range(SpeedupMeter.MIN_OWN):
+            m.add(None, 1, 1, own)
+        for _ in range(12):
+            m.add("lookup", 9, 8, 0.025)
+        assert (m.speedup is not None) == joins, m.why
+        if joins:
+            assert m.reference == earlier + [own] * SpeedupMeter.MIN_OWN
+            assert m.speedup == min(m.tokens * m.plain_step_s / (2 * own + 12 * 0.025), 98 / 14)

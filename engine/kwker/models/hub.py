@@ -58,6 +58,28 @@ def _endpoint() -> str:
     return os.environ.get("HF_ENDPOINT", constants.ENDPOINT).rstrip("/")
 
 
+OFFLINE_PROBE_S = 2.0  # how long a Hub call waits to learn that there is no connection
+
+
+class Offline(DownloadError):
+    """The Hub cannot be reached at all: said at once, not after the client's retries."""
+
+
+def check_reachable() -> None:
+    """Raises Offline within OFFLINE_PROBE_S when the Hub's host takes no connection (no
+    network, no DNS, a firewall): huggingface_hub's client retries a dead connection for ~20 s
+    before it says so, and the window waited on that."""
+    import socket
+    from urllib.parse import urlsplit
+
+    url = urlsplit(_endpoint())
+    port = url.port or (443 if url.scheme == "https" else 80)
+    try:
+        socket.create_connection((url.hostname, port), timeout=OFFLINE_PROBE_S).close()
+    except OSError as e:
+        raise Offline(f"no internet connection: {url.hostname} cannot be reached ({e})") from e
+
+
 def _repo_dir(repo_id: str) -> Path:
     from huggingface_hub import constants
     from huggingface_hub.file_download import repo_folder_name
@@ -80,6 +102,7 @@ def repo_files(repo_id: str, revision: str | None = None, token: str | None = No
     from huggingface_hub.errors import GatedRepoError as HfGated
     from huggingface_hub.errors import HfHubHTTPError, RepositoryNotFoundError
 
+    check_reachable()
     try:
         info = HfApi(endpoint=_endpoint()).model_info(
             repo_id, revision=revision, files_metadata=True, token=_token(token)
@@ -249,6 +272,7 @@ def config(repo_id: str, revision: str | None = None, token: str | None = None) 
     from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_status
 
     url = hf_hub_url(repo_id, "config.json", revision=revision, endpoint=_endpoint())
+    check_reachable()
     try:
         r = get_session().get(
             url, headers=build_hf_headers(token=_token(token)), follow_redirects=True, timeout=30
@@ -262,6 +286,7 @@ def config(repo_id: str, revision: str | None = None, token: str | None = None) 
 def search(text: str, limit: int = 20) -> list[str]:
     from huggingface_hub import HfApi
 
+    check_reachable()
     return [
         m.id
         for m in HfApi(endpoint=_endpoint()).list_models(
