@@ -5,7 +5,7 @@ from __future__ import annotations
 import secrets
 
 from kwker.app.context_window import ROLLING
-from kwker.models import DEFAULT_MODEL
+from kwker.models import CHAT_MODEL
 from kwker.sampling import SeededGenerator
 
 # int4 by default: 4-bit weights read about a quarter of float32's bytes per token, the cost of a
@@ -14,7 +14,7 @@ from kwker.sampling import SeededGenerator
 DEFAULT_PRECISION = "int4"
 
 DEFAULTS = {
-    "model": DEFAULT_MODEL,
+    "model": CHAT_MODEL,
     "precision": DEFAULT_PRECISION,
     "draft_model": "",
     "lookup": True,

@@ -18,7 +18,7 @@ def _progress(msg: str) -> None:
 def cmd_generate(args) -> int:
     if args.server:
         return generate_remote(args)
-    from kwker.models.loader import load_decoder
+    from kwker.models.loader import CHAT_MODEL, load_decoder
     from kwker.sampling import SeededGenerator
 
     positional = args.args
@@ -31,7 +31,7 @@ def cmd_generate(args) -> int:
     )
     prompt = prompt or DEFAULT_PROMPT
     dec = load_decoder(
-        model_spec, progress=_progress, max_cache_len=args.max_cache_len,
+        model_spec or CHAT_MODEL, progress=_progress, max_cache_len=args.max_cache_len,
         precision=args.precision, threads=args.threads,
     )  # fmt: skip
     tokenizer = dec.tokenizer

@@ -22,7 +22,7 @@ GREEDY = {"temperature": 0.0, "precision": "int4"}
 def test_the_default_model_answers_the_readmes_question_at_its_defaults(qtbot, data_dir):
     """Nothing saved: the app's own defaults, the default model at int4 with its catalog preset
     (sampled, the seed new each answer), asked the README's question three times."""
-    from kwker.models import DEFAULT_MODEL
+    from kwker.models import CHAT_MODEL as DEFAULT_MODEL
     from kwker.models.catalog import entry
 
     win = open_window(qtbot, keep_saved=True)

