@@ -63,9 +63,9 @@ OPEN = [
 
 def main(argv=None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from kwker.app.settings import DEFAULTS, generation_options
     from kwker.models.loader import load_decoder
     from kwker.models.presets import looped, model_preset
-    from kwker.sampling import SeededGenerator
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("model")
@@ -99,18 +99,8 @@ def main(argv=None) -> int:
                 return_dict=True,
             )["input_ids"]
         )
-        opts: dict = {}
-        if sampling["temperature"] > 0:
-            opts.update(do_sample=True, temperature=sampling["temperature"],
-                        generator=SeededGenerator(seed))  # fmt: skip
-            if 0 < sampling["top_p"] < 1:
-                opts["top_p"] = sampling["top_p"]
-            if sampling["top_k"] > 0:
-                opts["top_k"] = sampling["top_k"]
-            if sampling["min_p"] > 0:
-                opts["min_p"] = sampling["min_p"]
-        if sampling["repetition_penalty"] != 1.0:
-            opts["repetition_penalty"] = sampling["repetition_penalty"]
+        # the app's own mapping of its settings onto the engine's options (lookup as the app's)
+        opts = generation_options({**DEFAULTS, **sampling, "seed": seed})
         out = dec.generate(ids, cap, **opts)[0, len(ids) :].tolist()
         return dec.tokenizer.decode(out, skip_special_tokens=True), out
 

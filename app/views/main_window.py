@@ -572,16 +572,15 @@ class MainWindow(QMainWindow):
     def _show_attachments(self):
         """One chip per attached document: its name, how many tokens it takes (and whether it
         can go in whole), and a button that detaches it."""
-        from kwker.app.context_window import answer_reserve
-
         while self.attachments_row.count():
             widget = self.attachments_row.takeAt(0).widget()
             widget.hide()
             widget.deleteLater()
         attachments = self.store.attachments(self.cid)
         context = (self.model_info or {}).get("context_length") or 0
-        room = context - answer_reserve(context, int(self.effective_settings()["max_new_tokens"]))
-        by_parts = bool(context) and sum(abs(a.tokens) for a in attachments) > room
+        by_parts = bool(context) and sum(abs(a.tokens) for a in attachments) > self._prompt_room(
+            context
+        )
         for a in attachments:
             chip = QLabel(f"{a.name} · {a.about}" + (" · by parts" if by_parts else ""))
             chip.setTextFormat(Qt.PlainText)
@@ -636,10 +635,7 @@ class MainWindow(QMainWindow):
         if not context or len(text) < context:  # a token takes at least a character
             return False
         tokens = self._count_tokens(text)
-        from kwker.app.context_window import answer_reserve
-
-        room = context - answer_reserve(context, int(self.effective_settings()["max_new_tokens"]))
-        if abs(tokens) <= room:
+        if abs(tokens) <= self._prompt_room(context):
             return False
         self.pasted = text
         self._show_error(
@@ -650,6 +646,13 @@ class MainWindow(QMainWindow):
             markup=True,
         )
         return True
+
+    def _prompt_room(self, context: int) -> int:
+        """The tokens a prompt may take in `context`, the answer's room kept free."""
+        from kwker.app.context_window import answer_reserve
+
+        max_new = int(self.effective_settings()["max_new_tokens"])
+        return context - answer_reserve(context, max_new)
 
     def attach_pasted(self) -> None:
         """Attaches the over-long message as a document and clears the input for a question."""

@@ -158,12 +158,7 @@ class SequenceState:
         chunks = self._emit(new, kept, self._logprobs(rows, new))
         now = time.perf_counter()
         self.stats.decode_s = now - self.first_token_at
-        self.stats.add_step(self._source, fed, len(chunks), now - self._planned_at)
-        if (
-            self._source is None
-            and fed == 1
-            and self.stats.meter.steps > self.stats.meter.COLD_STEPS
-        ):
+        if self.stats.add_step(self._source, fed, len(chunks), now - self._planned_at):
             self.spec.costs.add_plain(now - self._planned_at, now)  # for the next answers
         return chunks
 

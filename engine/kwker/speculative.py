@@ -450,10 +450,11 @@ class StepCosts:
     # the decoder's latest warm plain steps as (when, seconds), for the next answers' speedup
     # (kwker.speedup.SpeedupMeter.earlier)
     plain_s: list[tuple[float, float]] = field(default_factory=list)
+    PLAIN_KEPT: ClassVar[int] = 32  # plain_s's length at most: a few answers' worth
 
     def add_plain(self, seconds: float, at: float) -> None:
         self.plain_s.append((at, seconds))
-        del self.plain_s[:-32]
+        del self.plain_s[: -self.PLAIN_KEPT]
 
     def recent_plain(self, now: float, age: float) -> list[float]:
         """The plain steps timed in the latest `age` seconds."""
@@ -600,7 +601,6 @@ class Speculator:
         self._shadow: list[int] | None = None
         self._plain_steps = 0
         self._steps = 0
-        self._last_plain = 0  # the step count at the latest plain step
         # the first probe comes PROBE_GAP steps in: a record inherited from earlier sequences is not doubted at once
         self._next_probe, self._probing, self._probed = self.PROBE_GAP, False, False
         # this generation's time, and what its probes cost, in 1-token steps of the moment
@@ -909,7 +909,6 @@ class Speculator:
         if fed == 1:
             self.costs.step1_s = _ema(self.costs.step1_s, seconds)
             self._plain_steps += 1
-            self._last_plain = self._steps + 1
         elif self.costs.step1_s:
             self.costs.record(fed, seconds / self.costs.step1_s)
         self._steps += 1

@@ -9,7 +9,7 @@ one after the other on the same machine, time against time. Inside one answer:
 - Only warm steps count, on both sides: an answer's first COLD_STEPS decode steps run 10-30%
   slower than a steady one (the caches are cold after prefill; perf-notes #33, #35).
 - The plain step's time is the median of this answer's own warm one-token steps, never an earlier
-  answer's: those ran under another load and at another length, and gave 2.71x beside 1.07
+  answer's alone: those ran under another load and at another length, and gave 2.71x beside 1.07
   tokens a step (issue 44). The steps' time is, per kind of step (its source and width), its count
   times its median, so that a step the machine held up sways neither side.
 - The decoder's plain steps from the latest REFERENCE_AGE seconds (`earlier`) join the reference
@@ -58,16 +58,18 @@ class SpeedupMeter:
     times: dict[tuple[str, int], list[float]] = field(default_factory=dict)
     since_plain: int = 0  # warm speculative steps since the latest plain one
 
-    def add(self, source: str | None, fed: int, tokens: int, seconds: float) -> None:
+    def add(self, source: str | None, fed: int, tokens: int, seconds: float) -> bool:
         """A decode step: what proposed (None: nothing), the tokens it fed, the tokens it gave
-        and its time (from its plan to the end of its absorb)."""
+        and its time (from its plan to the end of its absorb). Returns whether it was a warm
+        plain step (one the decoder's next answers may be timed by: `earlier`)."""
         self.steps += 1
         if self.steps <= self.COLD_STEPS:
-            return
+            return False
         plain = source is None and fed == 1
         self.times.setdefault((PLAIN, 1) if plain else (source or PLAIN, fed), []).append(seconds)
         self.tokens += tokens
         self.since_plain = 0 if plain else self.since_plain + 1
+        return plain
 
     def wants_plain(self) -> bool:
         """Whether the next step should be plain, for the figure's reference (see the module)."""

@@ -46,11 +46,12 @@ class GenerationStats:
     def tokens_per_step(self) -> float:
         return (self.new_tokens - 1) / self.steps if self.steps else 0.0
 
-    def add_step(self, source: str | None, fed: int, tokens: int, seconds: float) -> None:
+    def add_step(self, source: str | None, fed: int, tokens: int, seconds: float) -> bool:
         """Records a decode step (call it after counting the step in `steps`): what proposed
-        (None: nothing), the tokens it fed and gave, its time."""
+        (None: nothing), the tokens it fed and gave, its time. Returns whether it was a warm plain
+        step (SpeedupMeter.add)."""
         self.step_times.setdefault((source or PLAIN, fed), []).append(seconds)
-        self.meter.add(source, fed, tokens, seconds)
+        return self.meter.add(source, fed, tokens, seconds)
 
     @property
     def plain_steps(self) -> int:
