@@ -392,6 +392,8 @@ class MainWindow(QMainWindow):
         # a server decodes as it does: there is no plain run of it to set beside speculation
         self.compare_button.setVisible(not info["server"])
         self._show_attachments()  # whether they fit this model's context
+        if not self.messages:  # the first screen names the model, and whether it is a base one
+            self._render_history()
         self.input.setFocus()  # ready: the next keystrokes are the user's message
 
     def _fit_to_screen(self, width: int, height: int):
