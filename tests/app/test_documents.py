@@ -226,7 +226,7 @@ def test_prompt_lookup_makes_quoting_a_document_fast(qtbot, data_dir, tmp_path):
         steps[lookup].append(msg.stats["steps"])
         assert win.stats.documents.text().startswith("gull.md: whole")
         if lookup:
-            assert msg.stats["accepted"]["lookup"] > 40, msg.stats
+            assert msg.stats["accepted"]["lookup"] > 40, (msg.content, msg.stats)
             inside.append(msg.stats["speedup"])
             shown = f"{msg.stats['speedup']:.2f}×" if msg.stats["speedup"] else "–"
             assert win.stats.speedup.text() == shown

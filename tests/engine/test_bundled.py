@@ -10,7 +10,7 @@ import pytest
 
 from kwker.loading.load import load_decoder
 from kwker.models import bundled
-from kwker.models.loader import resolve_model
+from kwker.models.loader import DEFAULT_MODEL, resolve_model
 
 pytestmark = pytest.mark.slow
 
@@ -22,7 +22,8 @@ def read_only(folder):
 
 def test_a_bundled_folder_loads_without_packing_or_writing(tmp_path, monkeypatch):
     built = tmp_path / "build" / "models"
-    gguf = bundled.prepare(built, progress=lambda _: None)
+    # the tests' small model (the installers bundle the app's default, CHAT_MODEL, the same way)
+    gguf = bundled.prepare(built, DEFAULT_MODEL, progress=lambda _: None)
     entries = sorted(p.name for p in (built / "packed").iterdir())
     assert any(n.endswith(".kwk") and "-int4-" in n for n in entries)
     assert any(n.endswith(".tokenizer") for n in entries)
@@ -33,7 +34,7 @@ def test_a_bundled_folder_loads_without_packing_or_writing(tmp_path, monkeypatch
     monkeypatch.setenv("KWKER_BUNDLED_DIR", str(installed))
     monkeypatch.setenv("KWKER_CACHE_DIR", str(user_cache))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    path = resolve_model(None)
+    path = resolve_model(DEFAULT_MODEL)
     assert path == installed / gguf.name
     dec = load_decoder(path, max_cache_len=256, precision="int4")
     assert dec.from_cache

@@ -739,19 +739,21 @@ def test_with_both_sources_the_one_expecting_more_tokens_per_time_proposes():
 
 
 def test_the_speedup_is_one_without_proposals_and_measured_against_the_answers_own_steps(target):
-    dec = KwkDecoder(target, max_cache_len=128)
+    dec = KwkDecoder(target, max_cache_len=512)
     run(dec, PLAIN, lookup=0)
     s = dec.last_stats
     assert s.plain_steps == s.steps == 39 and s.speedup == 1.0  # the same steps on both sides
     warm = s.step_times[("plain", 1)][SpeedupMeter.COLD_STEPS :]  # the answer's own, warm
     assert s.meter.plain == warm and s.plain_step_s == statistics.median(warm)
-    lookup = run(dec, REPEATS)
+    # an answer long enough to have plain steps of its own (one in REFERENCE_GAP + 1 at least)
+    long_answer = dict(max_new_tokens=320, eos_token_id=[])
+    lookup = dec.generate(torch.tensor([REPEATS]), **long_answer)
     s = dec.last_stats
     kinds = {source for source, _ in s.step_times}
-    assert kinds == {"plain", "lookup"}
+    assert kinds == {"plain", "lookup"} and len(s.meter.plain) >= SpeedupMeter.MIN_OWN
     assert s.speedup is not None and 0 < s.speedup <= s.meter.tokens / s.meter.warm_steps
     assert sum(len(t) for t in s.step_times.values()) == s.steps
-    assert torch.equal(lookup, run(dec, REPEATS, lookup=0))
+    assert torch.equal(lookup, dec.generate(torch.tensor([REPEATS]), lookup=0, **long_answer))
 
 
 def test_a_speculator_that_always_proposes_takes_a_plain_step_for_the_meter_now_and_then():

