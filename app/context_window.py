@@ -29,6 +29,14 @@ class Prompt:
     room: int  # how many tokens the answer may take
 
 
+def window_start(messages, context_from: int) -> int:
+    """The index of the first of `messages` the model sees: the first whose id is at least
+    context_from (the rolling window's first message id, as the store keeps it; 0: all)."""
+    if context_from <= 0:
+        return 0
+    return next((i for i, m in enumerate(messages) if m.id >= context_from), 0)
+
+
 def answer_reserve(context: int, max_new_tokens: int) -> int:
     """The room a prompt must leave for the answer: max_new_tokens, but at most half the context
     (a long answer limit must not squeeze the history down to the last message)."""

@@ -39,6 +39,17 @@ def attachable(path: Path) -> bool:
     return suffix in PDF | TEXT | SOURCE or path.name.lower() in NAMED
 
 
+def dropped(mime) -> tuple[str | None, list[str]]:
+    """What was dropped on the window (a QMimeData): the first local path that may be a model (a
+    .gguf file or a folder; None if none), and the local files that are documents."""
+    if not mime.hasUrls():
+        return None, []
+    paths = [Path(u.toLocalFile()) for u in mime.urls() if u.isLocalFile()]
+    model = next((p for p in paths if p.is_dir() or p.suffix.lower() == ".gguf"), None)
+    documents = [str(p) for p in paths if p.is_file() and attachable(p)]
+    return (str(model) if model is not None else None), documents
+
+
 def read_document(path: str | Path) -> str:
     """The text of a document. Raises DocumentError with the reason it has none we can use."""
     path = Path(path)

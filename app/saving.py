@@ -46,3 +46,78 @@ class AnswerWriter:
             log.info("saved what had waited (%s)", self.error)
         self.error = ""
         return True
+
+
+class StreamingAnswer:
+    """The answer being written: its conversation and message, the messages it was asked from
+    (their ids: the worker's rolling window indexes them), its text so far with the runs that
+    came from speculation (kwker.app.render.add_run) and its latest figures. It is saved as it
+    arrives, through an AnswerWriter."""
+
+    def __init__(self, store):
+        self.store = store
+        self.writer = AnswerWriter(store)
+        self.cid: int | None = None
+        self.mid: int | None = None  # None: no answer is being written
+        self.history_ids: list[int] = []
+        self.text = ""
+        self.runs: list = []
+        self.stats: dict = {}
+
+    def start(self, cid: int, history_ids: list[int], continued=None) -> None:
+        """A new answer in conversation cid, or `continued`: a cut answer the model goes on
+        writing. Raises sqlite3.Error when the store refuses the new message."""
+        self.cid, self.history_ids, self.stats = cid, history_ids, {}
+        if continued is not None:
+            self.mid, self.text, self.runs = (
+                continued.id,
+                continued.content,
+                list(continued.sources),
+            )
+            self.writer.write(self.mid, self.text, complete=False)
+        else:
+            self.mid = self.store.add_message(cid, "assistant", "", complete=False).id
+            self.text, self.runs = "", []
+
+    def add(self, text: str, source: str, stats: dict) -> None:
+        """A streamed piece: saved with which of the answer came from speculation."""
+        from kwker.app.render import add_run
+
+        self.text += text
+        add_run(self.runs, text, source)
+        if stats:
+            self.stats = stats
+        self.writer.write(self.mid, self.text, sources=self.runs)
+
+    def finish(self, stats: dict) -> bool:
+        """The answer's end (stats: its final figures and finish_reason). Whether it is saved."""
+        saved = self.writer.write(
+            self.mid, self.text, now=True, sources=self.runs, stats=stats, complete=True
+        )
+        self.mid = None
+        return saved
+
+    def fail(self, error: str) -> bool:
+        """The answer's end by an error: what arrived is kept with the error, an answer with no
+        text is deleted. Whether the store took it."""
+        mid, self.mid = self.mid, None
+        if mid is None:
+            return True
+        if self.text:
+            return self.writer.write(
+                mid, self.text, now=True, stats={"error": error}, complete=True
+            )
+        try:
+            self.store.delete_message(mid)  # nothing was written: no empty answer
+        except sqlite3.Error:
+            return False
+        self.writer.pending.pop(mid, None)
+        return True
+
+    def messages(self, cid: int) -> list:
+        """Conversation cid's branch as stored, with what the store could not take yet."""
+        messages = self.store.messages(cid)
+        for m in messages:
+            for key, value in self.writer.pending.get(m.id, {}).items():
+                setattr(m, key, value)
+        return messages

@@ -6,7 +6,7 @@ Servers tab chooses a model on an OpenAI-compatible server instead (views/server
 
 Threading: the catalog is a resource read on the GUI thread. Everything that touches the disk or
 the network -- the Hugging Face cache scan, the imported-models list, reading a model's files or a
-Hub repo's config.json for its estimate, Hub search, delete, import -- is a call the Tasks worker
+Hub repo's config.json for its estimate, Hub search, delete, import -- is a call the TaskRunner
 runs on its own QThread, in order; its result or failure comes back by a queued signal and only then
 changes the table (only the GUI thread touches Qt models). Downloads have their own worker. The
 estimates themselves are arithmetic on what those calls found (kwker.loading.memory), so changing
@@ -36,6 +36,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from kwker.app.tasks import TaskRunner, describe_error
 from kwker.app.views.server_panel import ServerPanel
 from kwker.loading import memory
 from kwker.models import catalog as cat
@@ -50,7 +51,6 @@ from kwker.precision import (
     label,
     weight_bytes,
 )
-from kwker.remote import RemoteError
 
 COLUMNS = ["Model", "Family", "Parameters", "Download", "License", "Memory", "Fit", "Status"]
 MEMORY, FIT = COLUMNS.index("Memory"), COLUMNS.index("Fit")
@@ -62,14 +62,6 @@ def _size(n: float) -> str:
 
 def _params(n: float) -> str:
     return _size(n).replace("B", "")
-
-
-def describe_error(e: BaseException) -> str:
-    """A failure as the user reads it: kwker's own errors and the OS's say what happened; anything
-    else (a bug) is named by its type, so the message is never empty or cryptic."""
-    if isinstance(e, (hub.DownloadError, RemoteError, ValueError, OSError)) and str(e):
-        return str(e)
-    return f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
 
 
 def import_model(path) -> dict:
@@ -244,24 +236,6 @@ class ModelTableModel(QAbstractTableModel):
         return r[keys[column]]
 
 
-class Tasks(QObject):
-    """Runs the picker's slow calls on its thread, one at a time, in the order asked."""
-
-    finished = Signal(int, object)  # task id, what the call returned
-    failed = Signal(int, str)  # task id, what went wrong
-
-    @Slot(int, object)
-    def run(self, task: int, call) -> None:
-        try:
-            result = call()
-        except Exception as e:  # noqa: BLE001  (any failure is reported, the worker lives on)
-            if not isinstance(e, RemoteError):  # a server's refusal is no bug: said, not traced
-                traceback.print_exc()
-            self.failed.emit(task, describe_error(e))
-            return
-        self.finished.emit(task, result)
-
-
 class DownloadWorker(QObject):
     progress = Signal(int, str)  # percent, text
     done = Signal(str, str)  # repo, snapshot path
@@ -305,7 +279,6 @@ class ModelPicker(QDialog):
     server_chosen = Signal(str, str)  # a server's address, the model on it
     server_forgotten = Signal(str)  # a server's address
     request_download = Signal(str)
-    request_task = Signal(int, object)
 
     def __init__(self, current_model: str, parent=None, precision: str | None = "int4",
                  context: int = 2048, confirm=None, servers=(), server=("", "")):  # fmt: skip
@@ -403,15 +376,7 @@ class ModelPicker(QDialog):
         self.thread_.start()
         self.downloading = False
 
-        self.tasks_thread = QThread(self)
-        self.tasks = Tasks()
-        self.tasks.moveToThread(self.tasks_thread)
-        self.request_task.connect(self.tasks.run)
-        self.tasks.finished.connect(self._task_finished)
-        self.tasks.failed.connect(self._task_failed)
-        self.tasks_thread.start()
-        self._callbacks: dict[int, tuple] = {}
-        self._next_task = 0
+        self.tasks = TaskRunner(self)  # the disk and the network, off this thread
         self.searching = False
         self._search_generation = 0
         self.scanning = False
@@ -427,25 +392,12 @@ class ModelPicker(QDialog):
     # ---- background calls
     def submit(self, call, on_done, on_fail) -> int:
         """Runs call() on the tasks thread; on_done(result) or on_fail(message) on this one."""
-        self._next_task += 1
-        self._callbacks[self._next_task] = (on_done, on_fail)
-        self.request_task.emit(self._next_task, call)
-        return self._next_task
-
-    def _task_finished(self, task: int, result) -> None:
-        on_done, _ = self._callbacks.pop(task, (None, None))
-        if on_done is not None:
-            on_done(result)
-
-    def _task_failed(self, task: int, message: str) -> None:
-        _, on_fail = self._callbacks.pop(task, (None, None))
-        if on_fail is not None:
-            on_fail(message)
+        return self.tasks.submit(call, on_done, on_fail)
 
     @property
     def busy(self) -> bool:
         """Whether a background call is still to report."""
-        return bool(self._callbacks)
+        return self.tasks.busy
 
     def scan(self) -> None:
         """Lists the models on disk (the HF cache, the imported ones), then reads the files of
@@ -717,9 +669,9 @@ class ModelPicker(QDialog):
     def stop_workers(self) -> None:
         """Cancels a download and ends both threads (after the call running, if any)."""
         self.worker.cancel.set()
-        for thread in (self.thread_, self.tasks_thread):
-            thread.quit()
-            thread.wait()
+        self.tasks.stop()
+        self.thread_.quit()
+        self.thread_.wait()
 
     def done(self, result):  # noqa: A003  (QDialog's name)
         self.stop_workers()

@@ -4,7 +4,7 @@ system keyring (or a 0600 file where there is none: kwker.app.keys), never in th
 settings keep the addresses.
 
 Threading: listing the models and reading or writing a key (a keyring may block to ask for its
-password) run through the picker's `submit`, on its Tasks thread; the results come back here."""
+password) run through the picker's `submit`, on its TaskRunner (app/tasks.py); the results come back here."""
 
 from __future__ import annotations
 

@@ -23,14 +23,8 @@ CHILD = textwrap.dedent("""
     store = Store()
     store.save_settings({"temperature": 0.0, "max_new_tokens": 400})
     win = MainWindow(store)
-    original = win._on_chunk
-
-    def on_chunk(*args):
-        original(*args)  # saves, then reports what it saved
-        print(len(win.stream_text), flush=True)
-
-    win.worker.chunk.disconnect(win._on_chunk)
-    win.worker.chunk.connect(on_chunk)
+    # each piece is saved, then streamed is emitted: this reports what was saved
+    win.answering.streamed.connect(lambda: print(len(win.stream_text), flush=True))
     # Send from the GUI thread once the model is ready (a timer, as a user would click).
     timer = QTimer(interval=50)
     timer.timeout.connect(lambda: win.model_info and not win.generating and

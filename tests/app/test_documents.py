@@ -151,7 +151,7 @@ def test_an_attached_pdf_s_fact_is_in_the_answer(qtbot, data_dir, tmp_path):
     again.regenerate()
     qtbot.waitUntil(lambda: not again.generating, timeout=60_000)
     assert "Biscuit-7431" in again.messages[-1].content
-    again.detach(attached.id)
+    again.chat.attachments.detach(attached.id)
     assert again.store.attachments(cid) == [] and again.attachments_row.count() == 0
 
 

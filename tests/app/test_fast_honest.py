@@ -159,14 +159,20 @@ def test_a_long_chat_rolls_over_and_keeps_the_system_prompt(qtbot, data_dir):
 
 
 def test_the_stop_policy_says_why(qtbot, data_dir):
+    """Each message fits alone (one that does not is offered as a document instead); the
+    conversation outgrows the context, and the stop policy says so, leaving no empty answer."""
     win = open_window(
         qtbot, {**GREEDY, "context_length": 256, "max_new_tokens": 64, "context_overflow": STOP}
     )
-    long = "Please summarise this: " + "the quick brown fox jumps over the lazy dog " * 30
-    assert win.send(long)
-    qtbot.waitUntil(lambda: not win.generating, timeout=60_000)
+    long = "Please summarise this: " + "the quick brown fox jumps over the lazy dog " * 8
+    for _ in range(8):
+        assert win.send(long)
+        qtbot.waitUntil(lambda: not win.generating, timeout=60_000)
+        if "no longer fits" in win.status.text():
+            break
     assert "no longer fits the context of 256 tokens" in win.status.text()
-    assert [m.role for m in win.messages] == ["user"]  # no empty answer left behind
+    assert win.messages[-1].role == "user"  # no empty answer left behind
+    assert len(win.messages) >= 3  # earlier turns were answered
 
 
 def test_tint_and_statistics_survive_a_restart(qtbot, data_dir):

@@ -271,7 +271,6 @@ def test_dropping_a_gguf_on_the_window_imports_it_and_chats_with_it(
     qtbot, data_dir, own_caches, tmp_path
 ):
     win = open_window(qtbot, {"model": str(own_caches)})
-    win._enable_drops()
     assert win.acceptDrops()
     dropped = tmp_path / "dropped" / "my-model.gguf"
     dropped.parent.mkdir()

@@ -212,7 +212,7 @@ def test_markdown_is_rendered_as_rich_text(qtbot, data_dir):
     assert lang.charFormat().foreground().color().name() == LIGHT["muted"]
     copy = [f for _, f in fragments(doc) if f.charFormat().anchorHref() == "copy-code:0"]
     assert [f.text() for f in copy] == ["Copy"] and table_at(doc, copy[0].position()) == table
-    assert win.code_blocks == ["def f(x):\n    return x\n"]
+    assert win.chat.code_blocks == ["def f(x):\n    return x\n"]
 
     grid = table_at(doc, block_with(doc, "Name").position())
     assert grid is not None and grid != table
@@ -231,7 +231,7 @@ def test_copy_links_put_exactly_the_code_and_the_message_on_the_clipboard(qtbot,
         ("user", "And HTML?"),
         ("assistant", SECOND),
     )
-    assert win.code_blocks == [*FIRST_CODE, SECOND_CODE]
+    assert win.chat.code_blocks == [*FIRST_CODE, SECOND_CODE]
     clipboard = QApplication.clipboard()
     # the last one first: each click must copy its own block, not the first or the latest
     for n, expected in reversed(list(enumerate([*FIRST_CODE, SECOND_CODE]))):
