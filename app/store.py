@@ -28,7 +28,10 @@ from pathlib import Path
 import platformdirs
 
 SCHEMA_VERSION = 4
-LOCK_WAIT_S = 0.04  # how long a write waits for another process's lock (the GUI thread waits)
+# How long a write waits for another process's lock: the GUI thread waits, and must not for 50 ms.
+# SQLite's busy handler sleeps in steps (1, 2, 5, 10, 15, 20 ms...): 0.04 s gave writes of up to
+# 55 ms under a held lock (tests/app/test_store_faults.py); a refused write is retried later.
+LOCK_WAIT_S = 0.02
 
 
 class DamagedStore(RuntimeError):
@@ -160,7 +163,10 @@ class Store:
         try:
             yield
         except BaseException:
-            self.db.execute("ROLLBACK")
+            # SQLite may have rolled back already (a full disk does: SQLITE_FULL), and then a
+            # ROLLBACK's own error would hide the one that says what happened
+            if self.db.in_transaction:
+                self.db.execute("ROLLBACK")
             raise
         try:
             self.db.execute("COMMIT")

@@ -466,9 +466,14 @@ class MainWindow(QMainWindow):
         self.store.switch_version(self.cid, self.messages[index].id, step)
         self.open_conversation(self.cid)
 
-    def fork_from(self, index: int) -> int:
-        """A new conversation with this one's messages up to `index`, opened. Returns its id."""
-        conv = self.store.fork(self.cid, self.messages[index].id)
+    def fork_from(self, index: int) -> int | None:
+        """A new conversation with this one's messages up to `index`, opened. Returns its id (None
+        when the store refused it: then nothing of it was written)."""
+        try:
+            conv = self.store.fork(self.cid, self.messages[index].id)
+        except sqlite3.Error as e:
+            self._show_error(f"Kwker could not fork this chat: {e}.")
+            return None
         self.open_conversation(conv.id)
         self.status.setText(f"Forked into “{conv.title}”")
         return conv.id
