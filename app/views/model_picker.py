@@ -19,6 +19,7 @@ import traceback
 from pathlib import Path
 
 from PySide6.QtCore import QAbstractTableModel, QModelIndex, QObject, Qt, QThread, Signal, Slot
+from PySide6.QtGui import QFont
 from PySide6.QtWidgets import (
     QComboBox,
     QDialog,
@@ -89,8 +90,11 @@ class ModelTableModel(QAbstractTableModel):
     """The picker's rows. What the background calls found is set here (set_scan, set_facts, ...)
     on the GUI thread; refresh() rebuilds the rows from it without touching the disk."""
 
-    def __init__(self, parent=None, precision: str | None = "int4", context: int = 2048):
+    def __init__(
+        self, parent=None, precision: str | None = "int4", context: int = 2048, in_use: str = ""
+    ):
         super().__init__(parent)
+        self.in_use = in_use  # the chat's model (its row is marked and bold)
         self.rows: list[dict] = []
         self.precision, self.context, self.filter = canonical(precision), int(context), ""
         self.available: float | None = None  # None: MemAvailable, read at each refresh
@@ -192,6 +196,12 @@ class ModelTableModel(QAbstractTableModel):
             if repo not in known:
                 rows.append(self._row(have, repo, repo, status="on the Hub"))
                 known.add(repo)
+        for r in rows:  # what the status says first: the model in use, a base model
+            e = r["entry"]
+            labels = ["in use"] * (r["id"] == self.in_use) + ["base model"] * bool(e and e.base)
+            r["status"] = " · ".join([*labels, r["status"]] if r["status"] else labels)
+            if e and e.base:
+                r["status_tip"] = "A base model continues text rather than answering questions"
         text = self.filter.lower()
         rows = [
             r
@@ -224,10 +234,18 @@ class ModelTableModel(QAbstractTableModel):
         return None
 
     def data(self, index, role=Qt.DisplayRole):
-        if not index.isValid() or role not in (Qt.DisplayRole, Qt.ToolTipRole):
+        if not index.isValid() or role not in (Qt.DisplayRole, Qt.ToolTipRole, Qt.FontRole):
             return None
         r, column = self.rows[index.row()], index.column()
+        if role == Qt.FontRole:
+            if r["id"] != self.in_use:
+                return None
+            font = QFont()
+            font.setBold(True)
+            return font
         if role == Qt.ToolTipRole:
+            if column == len(COLUMNS) - 1:
+                return r.get("status_tip")
             if column in (MEMORY, FIT):
                 return r["tip"] or None
             if column == 0:
@@ -292,7 +310,7 @@ class ModelPicker(QDialog):
         self.current_model = current_model
         self.confirm = confirm or self.ask_load_anyway
         self.confirm_box: QMessageBox | None = None
-        self.table_model = ModelTableModel(self, precision, context)
+        self.table_model = ModelTableModel(self, precision, context, in_use=current_model)
         self.search = QLineEdit(placeholderText="Filter, or search the Hub")
         self.search.setAccessibleName("search models")
         self.search.textChanged.connect(self._filter)

