@@ -3,6 +3,10 @@ main window (light and dark), the settings panel, the speculation tint, a long c
 context window and the model picker's fit column. Run under Xvfb:
 
     xvfb-run -a -s "-screen 0 1400x900x24" python packaging/screenshots.py OUTDIR
+
+With --tour THEME WIDTHxHEIGHT it takes instead, at that window size: the first screen, a streamed
+answer with its statistics, the settings, the picker, a cut answer with Continue and an inline
+error (issue 44's list), as OUTDIR/THEME-WIDTHxHEIGHT-*.png.
 """
 
 from __future__ import annotations
@@ -104,5 +108,67 @@ def main(out: Path) -> int:
     return 0
 
 
+def tour(out: Path, theme: str, width: int, height: int) -> int:
+    os.environ.setdefault("KWKER_DATA_DIR", tempfile.mkdtemp(prefix="kwker-tour-"))
+    from PySide6.QtCore import QEventLoop, QTimer
+    from PySide6.QtWidgets import QApplication
+
+    from kwker.app.store import Store
+    from kwker.app.views.main_window import MainWindow
+
+    app = QApplication(sys.argv[:1])
+    out.mkdir(parents=True, exist_ok=True)
+
+    def pause(ms, until=lambda: False, limit_s=600.0):
+        loop, end = QEventLoop(), time.time() + limit_s
+        timer = QTimer(interval=50)
+        timer.timeout.connect(lambda: (until() or time.time() > end) and loop.quit())
+        timer.start()
+        if ms:
+            QTimer.singleShot(ms, loop.quit)
+        loop.exec()
+        timer.stop()
+
+    def shot(widget, name):
+        pause(300)
+        path = out / f"{theme}-{width}x{height}-{name}.png"
+        widget.grab().save(str(path))
+        print(path)
+
+    store = Store()
+    store.save_settings({"theme": theme, "max_new_tokens": 200})
+    win = MainWindow(store)
+    win.resize(width, height)
+    win.show()
+    pause(0, lambda: win.model_info is not None)
+    shot(win, "1-first-screen")
+    win.send("Write a Python function that checks whether a number is prime, and explain it.")
+    pause(0, lambda: len(win.stream_text) > 300 or not win.generating)
+    shot(win, "2-streaming")
+    pause(0, lambda: not win.generating)
+    win.tabs.setCurrentWidget(win.settings_tab)
+    shot(win, "3-settings")
+    win.tabs.setCurrentWidget(win.stats)
+    picker = win.open_models()
+    pause(0, lambda: not picker.busy, 60)
+    shot(picker, "4-picker")
+    picker.close()
+    win.apply_settings({**win.settings_panel.values(), "max_new_tokens": 24}, False)
+    win.new_chat()
+    win.send("Tell me a long story about a lighthouse keeper.")
+    pause(0, lambda: not win.generating)
+    shot(win, "5-cut-answer")
+    win.new_chat()
+    win.send("Please summarise this: " + "the quick brown fox jumps over the lazy dog " * 2000)
+    shot(win, "6-inline-error")
+    win.close()
+    app.quit()
+    return 0
+
+
 if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "--tour":
+        size = [int(v) for v in sys.argv[3].split("x")]
+        out = Path(sys.argv[4] if len(sys.argv) > 4 else "screenshots")
+        sys.exit(tour(out, sys.argv[2], *size))
     sys.exit(main(Path(sys.argv[1] if len(sys.argv) > 1 else "screenshots")))

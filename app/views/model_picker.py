@@ -336,6 +336,10 @@ class ModelPicker(QDialog):
         self.table.setSelectionMode(QTableView.SingleSelection)
         self.table.horizontalHeader().setSectionResizeMode(0, QHeaderView.Stretch)
         self.table.horizontalHeader().setSectionResizeMode(MEMORY, QHeaderView.ResizeToContents)
+        # the status may name three things ("in use · base model · downloaded"): never cut
+        self.table.horizontalHeader().setSectionResizeMode(
+            len(COLUMNS) - 1, QHeaderView.ResizeToContents
+        )
         self.table.setAccessibleName("models")
         self.table.selectionModel().selectionChanged.connect(self._show_own_precision)
         # rows come and go as background results arrive: the selected model stays selected

@@ -168,7 +168,7 @@ class StatsPanel(QWidget):
         if speedup is not None:
             self.speedup.setText(f"{speedup:.2f}×")
             self.speedup.setToolTip(SPEEDUP_TIP)
-            steps, own = s.get("reference_steps", 0), s.get("plain_steps", 0)
+            steps, own = s.get("reference_steps", 0), s.get("reference_own_steps", 0)
             self.reference.setText(
                 f"≈ {plain:.1f} tokens/s (timed by {steps} plain one-token steps, {own} of "
                 "this answer)"

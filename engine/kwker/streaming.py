@@ -85,6 +85,7 @@ class GenerationStats:
             "speedup_why": self.meter.why,
             "plain_steps": self.plain_steps,
             "reference_steps": len(self.meter.reference),  # the warm plain steps it is timed by
+            "reference_own_steps": len(self.meter.plain),  # ...of them, this answer's own
         }
 
 
