@@ -204,7 +204,11 @@ def cmd_models(args) -> int:
         path = download(args.name, token=args.token, progress=said, hub_progress=progress)
     except KeyboardInterrupt:
         bar.close()
-        print("kwker: interrupted; run the same command again to resume", file=sys.stderr)
+        print(
+            "kwker: interrupted; run the same command again to continue (the files finished so "
+            "far are kept)",
+            file=sys.stderr,
+        )
         return 130
     finally:  # before main's error message too: the bar's last line is its own
         bar.close()

@@ -1,10 +1,17 @@
-"""Downloads from the Hugging Face Hub into the standard HF cache, with what huggingface_hub leaves to us:
+"""Downloads from the Hugging Face Hub into the standard HF cache, through huggingface_hub's
+`hf_hub_download`: a lock per file, each transfer into a temporary file of its own renamed into
+place when whole, redirects that leave the Hub without the token, a dropped connection resumed
+with a Range request, 408 and 429 answers retried, Xet storage. Around it, what it leaves to us:
 
-* each LFS file is checked against the sha256 that `model_info` lists (a corrupted file is fetched again, never
-  cached under its name);
-* a cut transfer resumes where it stopped, across processes too, with Range requests into the same
-  `blobs/<sha256>.incomplete` file;
-* progress (bytes, speed, ETA), cancel from another thread, clear errors for disk full and gated repos.
+* each file fetched is checked against the Hub's file list: its exact size, and its hash (the
+  sha256 of an LFS file, the git blob id of any other); one that differs is fetched once more;
+* HTTP 5xx answers (and 408/429 ones from the API) are retried, after each of RETRY_WAITS_S;
+* progress in bytes over the whole repo (speed, ETA), cancel from another thread, and clear
+  errors for a full disk, a gated repo and an unreachable Hub.
+
+A file cut by a cancel, a full disk or a crash starts over on the next call (the files finished
+before it are kept): huggingface_hub 2 deletes its temporary file on any failure, so that two
+processes can never write into one file, even where file locks do not work.
 
 Metadata, search, the cache layout and listing/deleting cached repos stay with huggingface_hub.
 """
@@ -16,15 +23,18 @@ import hashlib
 import os
 import threading
 import time
-import urllib.error
-import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
 from fnmatch import fnmatch
 from pathlib import Path
-from urllib.parse import quote
+from typing import NamedTuple
 
 WANTED = ["*.json", "*.safetensors", "tokenizer.model", "*.txt", "*.jinja", "*.tiktoken"]
-CHUNK = 1 << 20
+CHUNK = 1 << 20  # bytes read at a time when hashing a file
+
+# Answers the Hub may not give a moment later: a timeout, a rate limit, an overload, a restart
+RETRY_STATUSES = (408, 429, 500, 502, 503, 504)
+RETRY_WAITS_S = (1.0, 2.0, 4.0, 8.0, 16.0)  # before each retry; the tests shorten them
 
 
 class DownloadError(RuntimeError):
@@ -50,6 +60,13 @@ class Progress:
     total: int
     speed: float  # bytes/s over this session
     eta_s: float | None
+
+
+class RepoFile(NamedTuple):
+    name: str
+    size: int
+    sha256: str | None  # an LFS file's
+    blob_id: str | None  # its git blob id: sha1 of b"blob <size>\0" + its bytes
 
 
 def _endpoint() -> str:
@@ -95,17 +112,53 @@ def _token(token: str | None) -> str | None:
     return get_token()
 
 
-def repo_files(repo_id: str, revision: str | None = None, token: str | None = None):
-    """(commit sha, [(filename, size, sha256 or None)]) of the files a model needs: weights as safetensors, config
-    and tokenizer; never pickled .bin files or code."""
+def _transient(e: BaseException) -> bool:
+    """Whether trying again may help: an answer in RETRY_STATUSES, or a connection that failed,
+    timed out or dropped (huggingface_hub 2's client is httpx2, 1's is httpx)."""
+    from huggingface_hub.errors import HfHubHTTPError
+
+    if isinstance(e, HfHubHTTPError):
+        return getattr(getattr(e, "response", None), "status_code", None) in RETRY_STATUSES
+    try:
+        from httpx2 import TransportError
+    except ImportError:
+        from httpx import TransportError
+    return isinstance(e, (TransportError, ConnectionError, TimeoutError))
+
+
+def _retrying(call: Callable, check: Callable[[], None] = lambda: None):
+    """call(), tried again after each of RETRY_WAITS_S while it fails in a way that may pass
+    (_transient). huggingface_hub retries a download's 408 and 429 and its dropped connections,
+    but not its 5xx, and nothing of the API. check() is called during the waits: it raises
+    Cancelled when the download is cancelled."""
+    for wait in RETRY_WAITS_S:
+        try:
+            return call()
+        except Exception as e:  # noqa: BLE001  (sorted by _transient; the others are raised)
+            if not _transient(e):
+                raise
+        deadline = time.monotonic() + wait
+        while (left := deadline - time.monotonic()) > 0:
+            check()
+            time.sleep(min(left, 0.1))
+    return call()  # the last try: its error is the one raised
+
+
+def repo_files(
+    repo_id: str, revision: str | None = None, token: str | None = None
+) -> tuple[str, list[RepoFile]]:
+    """(commit sha, [RepoFile]) of the files a model needs: weights as safetensors, config and
+    tokenizer; never pickled .bin files or code."""
     from huggingface_hub import HfApi
     from huggingface_hub.errors import GatedRepoError as HfGated
     from huggingface_hub.errors import HfHubHTTPError, RepositoryNotFoundError
 
     check_reachable()
     try:
-        info = HfApi(endpoint=_endpoint()).model_info(
-            repo_id, revision=revision, files_metadata=True, token=_token(token)
+        info = _retrying(
+            lambda: HfApi(endpoint=_endpoint()).model_info(
+                repo_id, revision=revision, files_metadata=True, token=_token(token)
+            )
         )
     except HfGated as e:
         raise GatedRepoError(
@@ -124,14 +177,9 @@ def repo_files(repo_id: str, revision: str | None = None, token: str | None = No
     files = []
     for s in info.siblings or []:
         if any(fnmatch(s.rfilename, p) for p in WANTED) and "/" not in s.rfilename:
-            files.append(
-                (
-                    s.rfilename,
-                    s.size or (s.lfs.size if s.lfs else 0),
-                    s.lfs.sha256 if s.lfs else None,
-                )
-            )
-    if not any(f[0].endswith(".safetensors") for f in files):
+            size = s.size if s.size is not None else (s.lfs.size if s.lfs else 0)
+            files.append(RepoFile(s.rfilename, size, s.lfs.sha256 if s.lfs else None, s.blob_id))
+    if not any(f.name.endswith(".safetensors") for f in files):
         raise DownloadError(
             f"{repo_id} has no safetensors weights (pickled .bin files are never downloaded)"
         )
@@ -142,127 +190,236 @@ def download(
     repo_id: str,
     revision: str | None = None,
     token: str | None = None,
-    progress=None,
-    cancel: threading.Event | None = None,
+    progress: Callable[[Progress], object] | None = None,
+    cancel: threading.Event | Callable[[], bool] | None = None,
 ) -> Path:
-    """Downloads (or completes) repo_id into the HF cache and returns its snapshot folder."""
+    """Downloads (or completes) repo_id into the HF cache and returns its snapshot folder.
+    progress gets a Progress as bytes arrive and after each file; cancel (an Event, or a callable
+    that says True) stops the download with Cancelled, from another thread."""
+    if cancel is None:
+        cancelled = lambda: False  # noqa: E731
+    else:
+        cancelled = cancel.is_set if isinstance(cancel, threading.Event) else cancel
+    token = _token(token)
     commit, files = repo_files(repo_id, revision, token)
-    root = _repo_dir(repo_id)
-    (root / "blobs").mkdir(parents=True, exist_ok=True)
-    snapshot = root / "snapshots" / commit
-    snapshot.mkdir(parents=True, exist_ok=True)
-    total = sum(size for _, size, _ in files)
-    state = {"done": 0, "start": time.monotonic(), "fetched": 0}
-    for name, size, sha in files:
-        blob = root / "blobs" / (sha or f"{commit}-{name}")
-        if not blob.exists():
-            _fetch(repo_id, commit, name, size, sha, blob, token, state, total, progress, cancel)
-        else:
-            state["done"] += size
-        link = snapshot / name
-        if link.is_symlink() or link.exists():
-            link.unlink()
-        link.symlink_to(os.path.relpath(blob, snapshot))
-    (root / "refs").mkdir(exist_ok=True)
-    (root / "refs" / (revision or "main")).write_text(commit)
-    return snapshot
-
-
-def _fetch(repo_id, commit, name, size, sha, blob: Path, token, state, total, progress, cancel):
-    partial = blob.with_name(blob.name + ".incomplete")
-    for _attempt in range(2):  # a file whose hash is wrong is fetched once more, from scratch
-        have = partial.stat().st_size if partial.exists() else 0
-        if have > size:
-            partial.unlink()
-            have = 0
-        state["done"] += have
-        if have < size:
-            _stream(
-                repo_id, commit, name, size, partial, have, token, state, total, progress, cancel
-            )
-        if sha is None or _sha256(partial) == sha:
-            partial.replace(blob)
-            return
-        state["done"] -= size
-        partial.unlink()
-    raise DownloadError(f"{name} of {repo_id} does not match its sha256 after a second download")
-
-
-def _stream(
-    repo_id, commit, name, size, partial: Path, have: int, token, state, total, progress, cancel
-):
-    url = f"{_endpoint()}/{repo_id}/resolve/{commit}/{quote(name)}"
-    headers = {"User-Agent": "kwker"}
-    if have:
-        headers["Range"] = f"bytes={have}-"
-    tok = _token(token)
-    if tok:
-        headers["Authorization"] = f"Bearer {tok}"
-    retries = 0
-    while True:
+    tally = _Tally(repo_id, sum(f.size for f in files), progress, cancelled)
+    for f in files:
+        tally.begin(f)
         try:
-            with (
-                urllib.request.urlopen(
-                    urllib.request.Request(url, headers=headers), timeout=60
-                ) as r,
-                open(partial, "ab" if have else "wb") as out,
-            ):
-                if have and r.status != 206:  # the server ignored the range: start over
-                    out.truncate(0)
-                    state["done"] -= have
-                    have = 0
-                while block := r.read(CHUNK):
-                    if cancel is not None and cancel.is_set():
-                        raise Cancelled(f"download of {repo_id} cancelled; run it again to resume")
-                    try:
-                        out.write(block)
-                        out.flush()
-                    except OSError as e:
-                        if e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
-                            raise DiskFullError(
-                                f"the disk is full while downloading {name} of {repo_id} "
-                                f"({size - have} more bytes needed); free space and run it "
-                                f"again to resume"
-                            ) from e
-                        raise
-                    have += len(block)
-                    state["done"] += len(block)
-                    state["fetched"] += len(block)
-                    if progress:
-                        elapsed = max(time.monotonic() - state["start"], 1e-6)
-                        speed = state["fetched"] / elapsed
-                        progress(
-                            Progress(
-                                name,
-                                state["done"],
-                                total,
-                                speed,
-                                (total - state["done"]) / speed if speed else None,
-                            )
-                        )
-            if have >= size:
+            _fetch_checked(repo_id, commit, f, token, tally)
+        except DownloadError:  # Kwker's own: Cancelled, a file that stays wrong
+            raise
+        except Exception as e:  # noqa: BLE001  (huggingface_hub's and the OS's, said as Kwker's)
+            said = _said(e, repo_id, f)
+            if said is None:  # not a download's error: a bug, shown as it is
+                raise
+            raise said from e
+        tally.end()
+    root = _repo_dir(repo_id)
+    if (revision or "main") != commit:  # a branch or tag names the commit, as the HF cache does
+        (root / "refs").mkdir(exist_ok=True)
+        (root / "refs" / (revision or "main")).write_text(commit)
+    return root / "snapshots" / commit
+
+
+def _fetch_checked(
+    repo_id: str, commit: str, f: RepoFile, token: str | None, tally: _Tally
+) -> None:
+    """f of commit into the repo's snapshot through hf_hub_download, checked (_mismatch): a file
+    fetched now for its size and hash, one found in the snapshot for its size (it was checked
+    when it came). A file that differs is deleted and fetched once more.
+
+    Kwker's own lock per file, around huggingface_hub's, covers the check too: another download
+    of the same file waits until it is checked (or deleted), never using it before."""
+    from huggingface_hub import constants, hf_hub_download
+    from huggingface_hub.file_download import repo_folder_name
+    from huggingface_hub.utils import WeakFileLock
+
+    def fetch() -> Path:
+        return Path(
+            hf_hub_download(
+                repo_id,
+                f.name,
+                revision=commit,
+                token=token,
+                endpoint=_endpoint(),
+                library_name="kwker",
+                tqdm_class=tally.bar_class,
+            )
+        )
+
+    locks = Path(constants.HF_HUB_CACHE) / ".locks"
+    locks = locks / repo_folder_name(repo_id=repo_id, repo_type="model")
+    locks.mkdir(parents=True, exist_ok=True)
+    pointer = _repo_dir(repo_id) / "snapshots" / commit / f.name
+    with WeakFileLock(locks / f"{f.sha256 or f.blob_id or f.name}.kwker.lock"):
+        _sweep_partials(_repo_dir(repo_id) / "blobs", commit, f)
+        checked_before = pointer.exists()
+        for _ in range(2):
+            path = _retrying(fetch, tally.check)
+            wrong = _mismatch(path, f, size_only=checked_before)
+            if wrong is None:
                 return
-            raise ConnectionError("the connection closed early")
-        except urllib.error.HTTPError as e:
-            if e.code in (401, 403):
-                raise GatedRepoError(f"{repo_id} needs a token with access (HTTP {e.code})") from e
-            raise DownloadError(f"downloading {name} of {repo_id} failed: HTTP {e.code}") from e
-        except (ConnectionError, TimeoutError, urllib.error.URLError) as e:
-            retries += 1  # network drop: retry from where the file stops
-            if retries > 5:
-                raise DownloadError(
-                    f"downloading {name} of {repo_id} failed after {retries} tries: {e}"
-                ) from e
-            time.sleep(min(2.0**retries * 0.1, 5.0))
-            headers["Range"] = f"bytes={have}-"
+            path.resolve().unlink(missing_ok=True)  # the blob: never used under its name
+            path.unlink(missing_ok=True)
+            checked_before = False
+            tally.restart()
+    raise DownloadError(f"{f.name} of {repo_id} {wrong}, downloaded twice: try again later")
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(CHUNK):
+# A transfer writes its file every second or so: one untouched this long belongs to a dead process
+STALE_PARTIAL_S = 3600.0
+
+
+def _sweep_partials(blobs: Path, commit: str, f: RepoFile) -> None:
+    """Deletes what killed downloads of f left behind: huggingface_hub's temporary files
+    (<etag>.<8 hex digits>.incomplete, which a kill -9 leaves) untouched for STALE_PARTIAL_S, and
+    the files Kwker's downloader before huggingface_hub kept to resume (<sha256>.incomplete,
+    <commit>-<name>.incomplete), which nothing writes any more. Called under f's lock: no Kwker
+    download of f is writing them."""
+    etag = f.sha256 or f.blob_id  # the Hub's ETag, which huggingface_hub names the blob after
+    for path in blobs.glob(f"{etag}.*.incomplete") if etag else []:
+        try:
+            if time.time() - path.stat().st_mtime > STALE_PARTIAL_S:
+                path.unlink()
+        except FileNotFoundError:  # its own process finished or removed it meanwhile
+            pass
+    (blobs / f"{commit}-{f.name}.incomplete").unlink(missing_ok=True)
+    if f.sha256:
+        (blobs / f"{f.sha256}.incomplete").unlink(missing_ok=True)
+
+
+def _mismatch(path: Path, f: RepoFile, size_only: bool = False) -> str | None:
+    """What is wrong with the file at path, or None: its size must be the Hub's exactly, and its
+    hash the Hub's (the sha256 of an LFS file, the git blob id of any other)."""
+    have = path.stat().st_size
+    if have != f.size:
+        return f"has {have} bytes where the Hub lists {f.size}"
+    if size_only:
+        return None
+    if f.sha256:
+        if _digest(path, hashlib.sha256()) != f.sha256:
+            return "does not match its sha256"
+    elif f.blob_id:  # git hashes the size, then the bytes
+        blob = hashlib.sha1(b"blob %d\0" % f.size, usedforsecurity=False)
+        if _digest(path, blob) != f.blob_id:
+            return "does not match its git blob id"
+    # (the Hub's file list always gives one of the two; without either, the size was checked)
+    return None
+
+
+def _digest(path: Path, h) -> str:
+    with open(path, "rb") as file:
+        while block := file.read(CHUNK):
             h.update(block)
     return h.hexdigest()
+
+
+def _said(e: Exception, repo_id: str, f: RepoFile) -> DownloadError | None:
+    """An error of hf_hub_download or of the disk as the DownloadError that says what to do, or
+    None for any other exception."""
+    from huggingface_hub.errors import GatedRepoError as HfGated
+    from huggingface_hub.errors import (
+        HfHubHTTPError,
+        LocalEntryNotFoundError,
+        RemoteEntryNotFoundError,
+        RepositoryNotFoundError,
+        RevisionNotFoundError,
+    )
+
+    where = f"{f.name} of {repo_id}"
+    status = getattr(getattr(e, "response", None), "status_code", None)
+    if isinstance(e, HfGated) or (
+        isinstance(e, HfHubHTTPError)
+        and status in (401, 403)
+        and not isinstance(e, RepositoryNotFoundError)
+    ):
+        return GatedRepoError(f"{repo_id} needs a token with access ({where}: {e})")
+    if isinstance(e, (RepositoryNotFoundError, RemoteEntryNotFoundError, RevisionNotFoundError)):
+        return DownloadError(f"{where} is no longer on the Hub: {e}")
+    if isinstance(e, LocalEntryNotFoundError):  # huggingface_hub's word for "no answer"
+        return DownloadError(f"cannot reach the Hub at {_endpoint()} for {where}: {e}")
+    if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+        return DiskFullError(
+            f"the disk is full while downloading {where} ({f.size} bytes); free space and run "
+            f"it again (the files finished so far are kept)"
+        )
+    if isinstance(e, HfHubHTTPError):
+        return DownloadError(f"downloading {where} failed: HTTP {status}: {e}")
+    if _transient(e) or isinstance(e, OSError):  # the connection, or huggingface_hub's size check
+        return DownloadError(f"downloading {where} failed: {e}")
+    return None
+
+
+class _Tally:
+    """The bytes of one download() call, reported as Progress. hf_hub_download's progress bars
+    (bar_class) feed it, so it is also where a cancel is noticed, inside a transfer."""
+
+    def __init__(self, repo_id: str, total: int, progress, cancelled: Callable[[], bool]):
+        self.repo_id, self.total = repo_id, total
+        self.progress, self.cancelled = progress, cancelled
+        self.started = time.monotonic()
+        self.fetched = 0  # bytes received in this call, for the speed
+        self.before = 0  # bytes of the files before the current one
+        self.file, self.size, self.done = "", 0, 0  # the current file, and its bytes so far
+        self.bar_class = _counting_bar(self)
+
+    def check(self) -> None:
+        if self.cancelled():
+            raise Cancelled(
+                f"download of {self.repo_id} cancelled; run it again to continue (the files "
+                f"finished so far are kept)"
+            )
+
+    def begin(self, f: RepoFile) -> None:
+        self.check()
+        self.file, self.size, self.done = f.name, f.size, 0
+
+    def add(self, n: int) -> None:
+        """n bytes more of the current file (fewer when huggingface_hub starts a file over)."""
+        self.check()
+        self.fetched += max(n, 0)
+        self.done = min(max(self.done + n, 0), self.size)  # a retry's bytes are not counted twice
+        self.report()
+
+    def restart(self) -> None:  # the file is fetched again from its first byte
+        self.done = 0
+
+    def end(self) -> None:
+        self.before += self.size
+        self.done = 0
+        self.report()
+
+    def report(self) -> None:
+        if not self.progress:
+            return
+        done = self.before + self.done
+        speed = self.fetched / max(time.monotonic() - self.started, 1e-6)
+        eta = (self.total - done) / speed if speed else None
+        self.progress(Progress(self.file, done, self.total, speed, eta))
+
+
+def _counting_bar(tally: _Tally):
+    """A tqdm class for hf_hub_download's tqdm_class that shows nothing (Kwker shows its own
+    progress) and gives its byte counts to tally."""
+    from tqdm import tqdm
+
+    class CountingBar(tqdm):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **{**kwargs, "disable": True})
+
+        def update(self, n=1):  # bytes written to the file
+            tally.add(int(n or 0))
+
+        # Bytes received from the network: having these makes huggingface_hub use one bar per
+        # file for Xet downloads too, so update() alone counts each byte once
+        def update_transfer(self, n=1):
+            tally.check()
+
+        def set_transfer_postfix_str(self, postfix, refresh=False):
+            pass
+
+    return CountingBar
 
 
 def config(repo_id: str, revision: str | None = None, token: str | None = None) -> dict:

