@@ -4,6 +4,7 @@ on any route, OpenAI's parameters (stop, n, logprobs, penalties, stream_options)
 shapes, and one request's failure among others."""
 
 import json
+import logging
 import math
 import threading
 import time
@@ -442,6 +443,39 @@ def test_errors_come_in_openais_shape(server):
     is_openai_error(r, 400, "invalid_json")
     r = post(url, "/v1/completions", {"prompt": [10**9]})
     is_openai_error(r, 400)
+
+
+def test_json_nested_at_any_depth_gets_a_400_and_no_traceback(server):
+    """`[` * 100000 made Python's JSON parser recurse past its limit: a 500 and a 90-line
+    traceback in the log for each request. Too deep a body, whether the parser takes it or not,
+    is now a 400 in OpenAI's shape that logs nothing, and the server answers the next request."""
+    url, _ = server
+    logged = []
+    catcher = logging.Handler()
+    catcher.emit = logged.append
+    # where uvicorn logs an app's uncaught exception; added once the server runs, since uvicorn's
+    # logging setup at start replaces its loggers' handlers
+    log = logging.getLogger("uvicorn.error")
+    log.addHandler(catcher)
+    # 150 levels: past MAX_JSON_DEPTH, within what the parser takes
+    deep_prompt = b'{"prompt": ' + b"[" * 150 + b"1" + b"]" * 150 + b', "max_tokens": 2}'
+    message = {"role": "user", "content": "Hi"}
+    for _ in range(200):
+        message = {"role": "user", "content": [message]}  # 400 levels: the parser takes it
+    try:
+        for body in (b"[" * 100_000, deep_prompt, json.dumps({"messages": [message]}).encode()):
+            r = httpx.post(
+                f"{url}/v1/chat/completions" if b"messages" in body else f"{url}/v1/completions",
+                content=body,
+                headers={**AUTH, "content-type": "application/json"},
+            )
+            err = is_openai_error(r, 400, "invalid_json")
+            assert "nests deeper than" in err["message"]
+    finally:
+        log.removeHandler(catcher)
+    assert logged == []
+    r = post(url, "/v1/completions", {"prompt": "Hi", "max_tokens": 2})
+    assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 2
 
 
 @pytest.fixture

@@ -13,8 +13,10 @@ float32. The data's BLAKE2b digest is in the header and is checked on every read
 The key covers the source files (path, size, modification time), the precision and KV options that
 shape the packing, the model's configuration, and the native module itself (its file's size and
 time: a rebuilt module may pack differently). An entry whose key, version, size or digest does not
-match is removed and rebuilt, never trusted. Entries are written to a temporary file and renamed,
-so a crash or a full disk leaves no half-written entry.
+match, or that fails to read in any other way, is stale: it is removed where it can be (not in a
+read-only cache, nor in an installer's read-only folder) and the model is packed again, never
+trusted. Entries are written to a temporary file and renamed, so a crash or a full disk leaves no
+half-written entry; the temporary files of writes that were killed are swept (`sweep_debris`).
 
 The header also names the entry's lineage: the model's files and the precision, without what
 changes between versions of one entry (the files' size and time, the native module, kwker's
@@ -29,7 +31,9 @@ import functools
 import hashlib
 import json
 import os
+import shutil
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -40,6 +44,12 @@ from kwker import _native
 MAGIC = b"KWKPACK\0"
 VERSION = 1
 ALIGN = 4096
+DEBRIS = ".*.partial"  # the names of a write's temporary files and folders (a leading dot: hidden)
+# Debris older than this is removed (seconds). Not sooner: a write under way in another process
+# (nine processes may pack one model at once) has a temporary file that looks just the same, and a
+# large model's entry can take minutes to write and sync to a slow disk. Its modification time
+# moves with every write, so only a write that was killed grows this old.
+DEBRIS_AGE = 30 * 60
 
 
 class StaleEntry(Exception):
@@ -154,16 +164,46 @@ def write_entry(path: Path, key: str, step, recording: Recording, lineage: str =
     if lineage:
         for other in path.parent.glob("*.kwk"):
             if other != path and _header(other).get("lineage") == lineage:
-                other.unlink(missing_ok=True)
+                _remove(other)
+
+
+def sweep_debris(folder: Path, age: float = DEBRIS_AGE) -> None:
+    """Removes the temporary files and folders (DEBRIS) in `folder` that are older than `age`
+    seconds: what the writes of killed processes left (see DEBRIS_AGE for why not younger)."""
+    try:
+        found = list(folder.glob(DEBRIS))
+    except OSError:
+        return  # no folder yet, or one that cannot be listed: nothing to sweep
+    now = time.time()
+    for item in found:
+        try:
+            if now - item.lstat().st_mtime < age:
+                continue
+            if item.is_dir() and not item.is_symlink():
+                shutil.rmtree(item)
+            else:
+                item.unlink()
+        except OSError:
+            pass  # a read-only cache, or another process swept it first
+
+
+def _remove(path: Path) -> None:
+    """Removes a stale or replaced entry where that can be done: a read-only cache keeps it (and
+    every load skips it), which must not stop the model from loading."""
+    try:
+        path.unlink(missing_ok=True)
+    except OSError:
+        pass
 
 
 def _header(path: Path) -> dict:
     """An entry's header ({} for a file that is not a readable entry)."""
     try:
         with open(path, "rb") as f:
-            return _read_header(f, path, path.stat().st_size)[0]
-    except (StaleEntry, OSError, ValueError):
+            header = _read_header(f, path, path.stat().st_size)[0]
+    except Exception:  # whatever is wrong with it, it is not an entry to match
         return {}
+    return header if isinstance(header, dict) else {}
 
 
 def _read_header(f, path: Path, size: int) -> tuple[dict, int]:
@@ -178,17 +218,25 @@ def _read_header(f, path: Path, size: int) -> tuple[dict, int]:
 
 
 def read_entry(path: Path, key: str, step) -> Recording:
-    """Sets every weight of `step` from the entry at `path`; returns what it set. Raises
-    StaleEntry (after removing the entry) when the entry does not match `key` or is damaged; the
-    step is then incomplete and must be discarded."""
+    """Sets every weight of `step` from the entry at `path` and checks that the step is complete;
+    returns what it set. Raises StaleEntry (after removing the entry where it can be) when the
+    entry does not match `key` or cannot be read; the step is then incomplete and must be
+    discarded."""
     try:
         return _read(path, key, step)
     except StaleEntry:
-        path.unlink(missing_ok=True)
+        _remove(path)
         raise
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        path.unlink(missing_ok=True)
-        raise StaleEntry(f"{path}: unreadable ({e})") from None
+    except MemoryError:
+        raise  # the machine is short of memory (every size was checked against the file's size)
+    except Exception as e:
+        # Anything else the reading raises means the entry is not one this kwker can read: one
+        # flipped bit in its header is a format name the native module lacks (AttributeError), a
+        # JSON list for an object, a shape the model refuses (the native ValueError), a weight
+        # left unset (check_complete). Such an entry is packed again, never a failed load. (Ctrl+C
+        # and the other BaseExceptions pass: they are not about the entry.)
+        _remove(path)
+        raise StaleEntry(f"{path}: unreadable ({type(e).__name__}: {e})") from None
 
 
 def _read(path: Path, key: str, step) -> Recording:
@@ -199,11 +247,19 @@ def _read(path: Path, key: str, step) -> Recording:
         if header.get("version") != VERSION or header.get("key") != key:
             raise StaleEntry(f"{path}: built from another source, precision or kwker version")
         data_start = _aligned(len(MAGIC) + 8 + n)
-        if data_start + header["data_bytes"] != size:
+        data_bytes = header["data_bytes"]
+        if data_start + data_bytes != size:
             raise StaleEntry(
-                f"{path}: {size} bytes, the header describes {data_start + header['data_bytes']}"
+                f"{path}: {size} bytes, the header describes {data_start + data_bytes}"
             )
         digest = hashlib.blake2b(digest_size=16)
+
+        def fits(at: int, count: int) -> int:
+            """`count`, once `count` float32 values at `at` are known to lie inside the data: a
+            lying header cannot size an allocation past the file's size."""
+            if not (0 <= at and 0 <= count and at + 4 * count <= data_bytes):
+                raise StaleEntry(f"{path}: a weight lies outside the data")
+            return count
 
         def read_into(at: int, view: np.ndarray) -> None:
             f.seek(data_start + at)
@@ -214,14 +270,14 @@ def _read(path: Path, key: str, step) -> Recording:
 
         for e in header["weights"]:
             if e["kind"] == "norm":
-                values = np.empty(e["n"], np.float32)
+                values = np.empty(fits(e["at"], e["n"]), np.float32)
                 read_into(e["at"], values)
                 step.set_norm(e["name"], values)
                 recording.norm(e["name"], values)
                 continue
             bias = None
             if "bias" in e:
-                bias = np.empty(e["shape"][0], np.float32)
+                bias = np.empty(fits(e["bias"], e["shape"][0]), np.float32)
                 read_into(e["bias"], bias)
             # the room is allocated first (with the bias); the panels are read straight into it
             room = step.set_matrix_packed(
@@ -233,4 +289,5 @@ def _read(path: Path, key: str, step) -> Recording:
             recording.matrix(e["name"], e["wtype"], e["shape"], bias)
         if digest.hexdigest() != header["digest"]:
             raise StaleEntry(f"{path}: checksum mismatch (the file is damaged)")
+    step.check_complete()  # an entry that leaves a weight unset is as stale as a damaged one
     return recording

@@ -36,6 +36,10 @@ from kwker.serve.security import DEFAULT_MAX_BODY, LOOPBACK_NAMES, Guard, error_
 from kwker.serve.text import StopText, token_bytes
 
 STATS_EVERY_S = 0.25  # a stream's chunks carry fresh statistics at most this often
+# How deeply a request's JSON may nest. The requests Kwker serves nest a few levels (messages, their
+# content parts); a deeper body is refused before pydantic, an error message's repr() or json.dumps
+# walk it, all of which recurse and fail past Python's recursion limit (about 1000).
+MAX_JSON_DEPTH = 100
 
 
 class ApiError(Exception):
@@ -157,6 +161,10 @@ def create_app(
             data = json.loads(raw)
         except (json.JSONDecodeError, UnicodeDecodeError):
             raise ApiError(400, "the request body is not valid JSON", code="invalid_json") from None
+        except RecursionError:  # the parser recursed past Python's limit: "[" * 100000
+            raise _too_deep() from None
+        if _nesting(data) > MAX_JSON_DEPTH:
+            raise _too_deep()
         if not isinstance(data, dict):
             raise ApiError(400, "the request body must be a JSON object", code="invalid_json")
         try:
@@ -477,6 +485,31 @@ def _columns(entries: list[dict]) -> dict:
         out["text_offset"].append(offset)
         offset += len(e["tokens"][0])
     return out
+
+
+def _too_deep() -> ApiError:
+    return ApiError(
+        400,
+        f"the request body nests deeper than {MAX_JSON_DEPTH} levels of arrays and objects",
+        code="invalid_json",
+    )
+
+
+def _nesting(data) -> int:
+    """How deeply `data` (parsed JSON) nests lists and dicts: 0 for a number or a string. Walked
+    with a stack, not recursion, so that it holds at any depth the parser took."""
+    deepest, stack = 0, [(data, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if isinstance(value, dict):
+            value = value.values()
+        elif not isinstance(value, list):
+            continue
+        deepest = max(deepest, depth)
+        if deepest > MAX_JSON_DEPTH:
+            return deepest  # deep enough to refuse: the rest need not be walked
+        stack.extend((v, depth + 1) for v in value)
+    return deepest
 
 
 def _validation_error(e: ValidationError) -> ApiError:
