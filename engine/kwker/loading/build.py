@@ -14,13 +14,17 @@ is a BadModelFile naming it; nothing is ever left at random or default values.
 
 from __future__ import annotations
 
+import math
 import os
+import re
+import reprlib
 
 import numpy as np
 
 from kwker import _native
 from kwker.cpu_backend import best_isa, decoder_available
-from kwker.families import FAMILIES, supported_model_types
+from kwker.families import FAMILIES, llama, supported_model_types
+from kwker.loading.config import GGUF_FIELD_KEYS
 from kwker.loading.packed_cache import Recording
 from kwker.loading.sources import BadModelFile
 from kwker.precision import PRECISIONS, checked
@@ -70,7 +74,7 @@ def own_precision(source) -> str:
     for name in source.names:
         if name.startswith("model.layers.") and name.endswith("_proj.weight"):
             t = source.tensor(name)
-            counts[t.type_name] = counts.get(t.type_name, 0) + int(np.prod(t.shape))
+            counts[t.type_name] = counts.get(t.type_name, 0) + math.prod(t.shape)
     if not counts:
         counts[source.tensor(EMBED).type_name] = 1
     return GGUF_PRECISION[max(counts, key=counts.get)]
@@ -94,14 +98,157 @@ def check_options(max_cache_len, threads, kv_cache, max_batch) -> None:
 
 def check_model(config, source, max_cache_len: int):
     """The family of `config`, after checking that it runs with max_cache_len tokens and that the
-    source has an embedding (ValueError / BadModelFile saying why not)."""
+    source has an embedding (BadModelFile saying why not)."""
     family = family_of(config)
     reason = family.unsupported(config, max_cache_len)
     if reason is not None:
-        raise ValueError(f"cannot run this {config.model_type} model: {reason}")
+        raise BadModelFile(
+            f"{source.description}: cannot run this {config.model_type} model: {reason}"
+        )
     if EMBED not in source.names:
         raise BadModelFile(f"{source.description}: tensor {EMBED} is missing")
+    # the native step computes in float32: a value the config makes past its range (an epsilon
+    # of 1e300) is refused here, naming where it comes from
+    tied, embed_dtype = is_tied(config, source), source.tensor(EMBED).type_name
+    cfg = family.native_config(config, tied=tied, embed_dtype=embed_dtype)
+    for name, origin in NATIVE_FLOATS.items():
+        if name in cfg and not abs(cfg[name]) <= FLOAT32_MAX:  # False for NaN too
+            raise BadModelFile(
+                f"{source.description}: {name} = {cfg[name]:g} (from the config's {origin}) is "
+                "past the float32 range the native step computes in"
+            )
     return family
+
+
+# The native step's float settings, and the config fields they come from
+NATIVE_FLOATS = {
+    "norm_eps": "rms_norm_eps",
+    "attn_scale": "head_dim or query_pre_attn_scalar",
+    "embed_scale": "hidden_size",
+}
+FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+
+# A layer's tensors: model.layers.<i>.<...> (ASCII digits: int() would take other scripts' too)
+_LAYER = re.compile(r"model\.layers\.([0-9]+)\.")
+
+
+def check_tensor_table(config, source, config_file=None) -> None:
+    """Checks that `config` describes the tensors `source` holds, before anything is sized by the
+    config: the layers the tensor names number are 0 .. num_hidden_layers - 1, the family reads
+    every tensor, and every tensor it reads is there with the shape the config gives it
+    (vocab_size x hidden_size for the embedding, num_attention_heads x head_dim rows for q, ...).
+    The tensors are as large as the file, so a header that lies about a count is refused here,
+    naming the file and the field, instead of being allocated for. `config_file`: where the config
+    was read, when not from the source's files (a folder's config.json). Raises BadModelFile."""
+    where, family = source.description, family_of(config)
+    layers = {int(m.group(1)) for m in map(_LAYER.match, source.names) if m}
+    n = config.num_hidden_layers
+    if layers != set(range(n)):
+        missing = sorted(set(range(n)) - layers)
+        held = f"no layer {missing[0]}" if missing else f"a layer {max(layers)}"
+        raise BadModelFile(
+            f"{config_file or where}: {_field(source, 'num_hidden_layers')} is {n}, but the "
+            f"tensors hold {held} ({len(layers)} layers in all)"
+        )
+    expected = expected_shapes(config, family, source)
+    unread = sorted(source.names - expected.keys() - {"lm_head.weight"})  # a tied one is unread
+    if unread:
+        raise BadModelFile(
+            f"{where}: tensors {', '.join(unread[:5])}{' ...' if len(unread) > 5 else ''} are "
+            f"not part of a {config.model_type} model as kwker reads it"
+        )
+    for tensor, (shape, fields, needed_for) in expected.items():
+        if tensor not in source.names:
+            raise BadModelFile(
+                f"{where}: tensor {tensor} is missing (the model needs it for {needed_for})"
+            )
+        if tuple(source.shape(tensor)) != shape:
+            raise BadModelFile(
+                f"{where}: tensor {_tensor_name(source, tensor)} has shape "
+                f"{list(source.shape(tensor))}, where the config's [{', '.join(fields)}] make it "
+                f"{list(shape)}"
+            )
+
+
+def expected_shapes(config, family, source) -> dict[str, tuple]:
+    """{tensor: (shape, the config fields each dimension comes from, the native weight it is
+    for)} of every tensor the family reads (Hugging Face names). The parts of a fused matrix
+    (Phi-3's qkv_proj) add up to its rows."""
+    hd = llama.head_dim(config)
+    d, ff, vocab = config.hidden_size, config.intermediate_size, config.vocab_size
+    q, kv = config.num_attention_heads * hd, config.num_key_value_heads * hd
+
+    def named(*fields: str) -> str:
+        return " x ".join(_field(source, f) for f in fields)
+
+    hidden, inner, words = named("hidden_size"), named("intermediate_size"), named("vocab_size")
+    q_rows = named("num_attention_heads", "head_dim")
+    kv_rows = named("num_key_value_heads", "head_dim")
+    # each native weight's shape and the fields of its dimensions; every other norm scales the
+    # hidden state
+    native = {
+        "embed": ((vocab, d), (words, hidden)),
+        "lm_head": ((vocab, d), (words, hidden)),
+        "q": ((q, d), (q_rows, hidden)),
+        "k": ((kv, d), (kv_rows, hidden)),
+        "v": ((kv, d), (kv_rows, hidden)),
+        "o": ((d, q), (hidden, q_rows)),
+        "gate": ((ff, d), (inner, hidden)),
+        "up": ((ff, d), (inner, hidden)),
+        "down": ((d, ff), (hidden, inner)),
+        "q_norm": ((hd,), (named("head_dim"),)),
+        "k_norm": ((hd,), (named("head_dim"),)),
+    }
+    out: dict[str, tuple] = {}
+    for spec in family.weights(config, tied=is_tied(config, source)):
+        shape, fields = native.get(spec.native.rsplit(".", 1)[-1], ((d,), (hidden,)))
+        parts = [(spec.source, shape, fields)]
+        if spec.bias is not None:  # a bias per row
+            parts.append((spec.bias, shape[:1], fields[:1]))
+        for tensor, shape, fields in parts:
+            if spec.rows is not None and tensor in out:  # the next part of a fused matrix
+                (rows, *columns), (rows_from, *columns_from), _ = out[tensor]
+                shape = (rows + shape[0], *columns)
+                fields = (f"{rows_from} + {fields[0]}", *columns_from)
+            out[tensor] = (shape, fields, spec.native)
+    return out
+
+
+def _field(source, name: str) -> str:
+    """A config field as the files name it: with the GGUF key it comes from, for a GGUF."""
+    arch = getattr(source, "arch", None)
+    if arch is None or name not in GGUF_FIELD_KEYS:
+        return name
+    return f"{name} ({arch}.{GGUF_FIELD_KEYS[name]})"
+
+
+def _tensor_name(source, tensor: str) -> str:
+    gguf_name = getattr(source, "gguf_name", None)
+    return tensor if gguf_name is None else f"{gguf_name(tensor)} ({tensor})"
+
+
+def rope_tables(config, source, max_cache_len: int) -> tuple[np.ndarray, np.ndarray]:
+    """The family's rope tables (cos, sin) of `config` for max_cache_len positions, checked: each
+    rope parameter is finite and positive (kwker.loading.config), but extreme ones (a base of
+    1e-45) still overflow float32, and are refused rather than run as garbage. Raises
+    BadModelFile."""
+    try:
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):  # checked below
+            cos, sin = family_of(config).rope_tables(config, max_cache_len)
+    except (ArithmeticError, ValueError) as e:
+        # a combination of valid values that the formula still cannot take (yarn's log of a base
+        # of 1 divides by zero)
+        raise BadModelFile(
+            f"{source.description}: the RoPE parameters {reprlib.repr(config.rope_parameters)} "
+            f"cannot be tabulated ({type(e).__name__}: {e})"
+        ) from None
+    if not (np.isfinite(cos).all() and np.isfinite(sin).all()):
+        raise BadModelFile(
+            f"{source.description}: the RoPE parameters "
+            f"{reprlib.repr(config.rope_parameters)} give rotations that are not finite numbers"
+        )
+    return cos, sin
 
 
 def empty_step(
@@ -124,7 +271,7 @@ def empty_step(
     cfg = family.native_config(config, tied=tied, embed_dtype=embed_dtype)
     cfg["wtype"] = getattr(_native.WType, PRECISIONS[precision].matrices)
     cfg["kv_f16"] = kv_cache == "fp16"
-    cos, sin = family.rope_tables(config, max_cache_len)
+    cos, sin = rope_tables(config, source, max_cache_len)
     # the table's width: partial rotary models rotate fewer dims
     cfg["rope_dim"] = 2 * cos.shape[-1]
     step = _native.Model(
@@ -196,4 +343,4 @@ def load_weights(step, config, source, precision: str, recording=None) -> None:
     step.check_complete()
 
 
-__all__ = ["build_step", "empty_step", "family_of", "own_precision"]
+__all__ = ["build_step", "check_tensor_table", "empty_step", "family_of", "own_precision"]

@@ -11,21 +11,29 @@ they do on a transformers config.
 `config_from_gguf` maps llama.cpp's metadata keys to such a config.json dict and builds it the same way,
 requiring every key that defines the model's shape: a file that lacks one fails naming it, instead of
 getting a default that describes some other model.
+
+Both check every field they read before anything is computed or sized from it (see "what a
+config's fields may hold" below): a header that lies is a ConfigError (a BadModelFile) naming the
+field, never a traceback or gigabytes of memory. kwker.loading.build then checks the sizes against
+the tensors.
 """
 
 from __future__ import annotations
 
 import copy
 import json
+import math
+import reprlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
+from kwker.loading.errors import BadModelFile
 from kwker.loading.gguf_file import GGML_TYPES, GgufFile
 
 
-class ConfigError(ValueError):
+class ConfigError(BadModelFile):
     """A configuration this loader cannot build a model from; the message says which key and why."""
 
 
@@ -337,7 +345,10 @@ def _rope_gemma3(a: dict, kw: dict) -> None:
             "full_attention": {"rope_type": "default"},
         }
     if scaling is not None:
-        rope["full_attention"].update(scaling)
+        rope["full_attention"] = {
+            **(rope.get("full_attention") or {"rope_type": "default"}),
+            **scaling,
+        }
     if rope.get("full_attention") is None:
         rope["full_attention"] = {"rope_type": "default"}
     rope["full_attention"].setdefault("rope_theta", kw.pop("rope_theta", 1_000_000.0))
@@ -368,17 +379,245 @@ MODEL_TYPES: dict[str, _ModelType] = {
 }
 
 
+# ---- what a config's fields may hold -----------------------------------------------------------
+#
+# A config.json or a GGUF's metadata is the file's word on the model's sizes, and everything a load
+# allocates is sized by it. So each field the loader reads is checked for its type and range before
+# anything is computed from it: an int where an int is meant (not a bool, a float, a string or a
+# list), a finite positive number where a rope base or a norm's epsilon is meant.
+
+# The native step's limits (native/src/model/model.cpp: kMaxLayers, kMaxWidth, kMaxHeads,
+# kMaxVocab). A config past them describes no model kwker can run; refusing it before the config
+# is built also bounds what is sized by it (layer_types holds an entry per layer).
+MAX_LAYERS, MAX_WIDTH, MAX_HEADS, MAX_VOCAB = 1024, 1 << 17, 1024, 1 << 24
+MAX_INT32 = 2**31 - 1  # positions and token ids are int32 in the native step
+
+_SHOWN = reprlib.Repr()  # a field's value as a message shows it: a lying one can be megabytes long
+_SHOWN.maxstring, _SHOWN.maxother, _SHOWN.maxlevel = 40, 40, 2
+
+
+def _shown(value) -> str:
+    return _SHOWN.repr(value)
+
+
+def _count(value, what: str, limit: int = MAX_INT32, low: int = 1) -> int:
+    """`value` when it is an integer in low..limit (a bool is not one)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        kind = "a positive integer" if low == 1 else f"an integer >= {low}"
+        raise ConfigError(f"{what} is {_shown(value)}, not {kind}")
+    if value > limit:
+        raise ConfigError(f"{what} is {value}, more than the {limit} kwker's native step takes")
+    return value
+
+
+def _number(value, what: str, low: float = 0.0, high: float = math.inf, zero: bool = False):
+    """`value` when it is a finite number in (low, high] ([low, high] with zero=True)."""
+    ok = isinstance(value, int | float) and not isinstance(value, bool)
+    if ok:
+        try:
+            x = float(value)
+        except OverflowError:  # an integer past the float range
+            ok = False
+        else:
+            ok = math.isfinite(x) and (low <= x if zero else low < x) and x <= high
+    if not ok:
+        bound = f"{'>=' if zero else '>'} {low:g}" + (
+            f" and <= {high:g}" if high < math.inf else ""
+        )
+        raise ConfigError(f"{what} is {_shown(value)}, not a finite number {bound}")
+    return value
+
+
+def _flag(value, what: str) -> bool:
+    if not isinstance(value, bool):
+        raise ConfigError(f"{what} is {_shown(value)}, not true or false")
+    return value
+
+
+def _text(value, what: str) -> str | None:
+    if value is not None and not isinstance(value, str):
+        raise ConfigError(f"{what} is {_shown(value)}, not a string")
+    return value
+
+
+def _token_ids(value, what: str):
+    """None, a token id or a non-empty list of them (eos_token_id may name several)."""
+    ids = value if isinstance(value, list) and value else [value]
+    if value is not None:
+        for i in ids:
+            _count(i, what, MAX_INT32, low=0)
+    return value
+
+
+# The count fields of the config classes, with the most the native step takes
+_COUNTS = {
+    "vocab_size": MAX_VOCAB,
+    "hidden_size": MAX_WIDTH,
+    "intermediate_size": MAX_WIDTH,
+    "num_hidden_layers": MAX_LAYERS,
+    "num_attention_heads": MAX_HEADS,
+    "num_key_value_heads": MAX_HEADS,
+    "head_dim": MAX_WIDTH,
+    "max_position_embeddings": MAX_INT32,
+}
+_DERIVED = {"num_key_value_heads", "head_dim"}  # None: derived from the others in __post_init__
+_FLAGS = (
+    "tie_word_embeddings",
+    "attention_bias",
+    "mlp_bias",
+    "use_sliding_window",
+    "use_bidirectional_attention",
+)
+_POSITIVE = ("rms_norm_eps", "query_pre_attn_scalar")
+_TOKEN_IDS = ("bos_token_id", "eos_token_id", "pad_token_id", "unk_token_id")
+_TEXTS = ("hidden_act", "hidden_activation", "dtype", "torch_dtype")
+LAYER_TYPES = ("full_attention", "sliding_attention")  # the attention the native step runs
+# What each rope type's formula reads (kwker.rope) besides rope_theta
+_ROPE_NEEDS = {
+    "linear": ("factor",),
+    "llama3": ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"),
+    "yarn": ("original_max_position_embeddings",),
+    "longrope": ("short_factor", "original_max_position_embeddings"),
+    "freq_factors": ("freq_factors",),
+}
+_ROPE_POSITIVE = ("rope_theta", "factor", "low_freq_factor", "high_freq_factor",
+                  "attention_factor", "beta_fast", "beta_slow")  # fmt: skip
+_ROPE_LISTS = ("short_factor", "long_factor", "freq_factors")  # one factor per rotary frequency
+
+
+def _check_fields(a: dict, kw: dict, model_type: str) -> None:
+    """Every field of a config.json that the config's building or a family reads, checked before
+    anything divides by it or is sized by it (a: the class's fields, kw: the other keys)."""
+    where = f"{model_type} config"
+    fields = {**kw, **a}
+    for name, limit in _COUNTS.items():
+        if name in fields and not (fields[name] is None and name in _DERIVED):
+            _count(fields[name], f"{where}: {name}", limit)
+    for name in _FLAGS:
+        if name in fields:
+            _flag(fields[name], f"{where}: {name}")
+    for name in _POSITIVE:
+        if name in fields:
+            _number(fields[name], f"{where}: {name}")
+    for name in _TOKEN_IDS:
+        _token_ids(fields.get(name), f"{where}: {name}")
+    for name in _TEXTS:
+        _text(fields.get(name), f"{where}: {name}")
+    if fields.get("sliding_window") is not None:  # None: no window
+        _count(fields["sliding_window"], f"{where}: sliding_window", low=0)
+    # which layers a window applies to: compared with each layer's index, so never None
+    for name, low in (("max_window_layers", 0), ("sliding_window_pattern", 1)):
+        if name in fields:
+            _count(fields[name], f"{where}: {name}", low=low)
+    if fields.get("use_bidirectional_attention") and fields.get("sliding_window") is None:
+        raise ConfigError(f"{where}: use_bidirectional_attention needs a sliding_window")
+    if fields.get("partial_rotary_factor") is not None:
+        _number(fields["partial_rotary_factor"], f"{where}: partial_rotary_factor", high=1.0)
+    types = fields.get("layer_types")
+    if types is not None and (
+        not isinstance(types, list) or not all(isinstance(t, str) for t in types)
+    ):
+        raise ConfigError(f"{where}: layer_types is {_shown(types)}, not a list of strings")
+    for name in ("rope_parameters", "rope_scaling"):
+        rope = fields.get(name)
+        if rope is None:
+            continue
+        if not isinstance(rope, dict):
+            raise ConfigError(f"{where}: {name} is {_shown(rope)}, not an object")
+        # a key naming a layer type holds that type's own parameters (Gemma 3's are per type)
+        for kind in rope.keys() & {*LAYER_TYPES, *(types or ())}:
+            if rope[kind] is not None and not isinstance(rope[kind], dict):
+                raise ConfigError(
+                    f"{where}: {name}[{kind!r}] is {_shown(rope[kind])}, not an object"
+                )
+
+
+def _check_built(a: dict) -> None:
+    """The checks of a built config (its __post_init__ and RoPE standardization done): the derived
+    sizes, the layer types, and the RoPE parameters each layer reads."""
+    where = f"{a['model_type']} config"
+    _count(a["num_key_value_heads"], f"{where}: num_key_value_heads", MAX_HEADS)
+    head_dim = a.get("head_dim") or a["hidden_size"] // a["num_attention_heads"]
+    _count(head_dim, f"{where}: head_dim (hidden_size / num_attention_heads)", MAX_WIDTH)
+    for i, kind in enumerate(a.get("layer_types") or ()):
+        if kind not in LAYER_TYPES:
+            raise ConfigError(
+                f"{where}: layer_types[{i}] is {_shown(kind)} (supported: {', '.join(LAYER_TYPES)})"
+            )
+    rope = a["rope_parameters"]
+    if a["model_type"] == "gemma3_text":  # one dict per layer type, each read by its layers
+        kinds = sorted(set(a["layer_types"]))
+        tables = [(f"rope_parameters[{k!r}]", rope.get(k)) for k in kinds]
+    else:
+        tables = [("rope_parameters", rope)]
+    for name, params in tables:
+        _check_rope(params, f"{where}: {name}", a, head_dim)
+
+
+def _check_rope(params, where: str, a: dict, head_dim: int) -> None:
+    """One rope_parameters dict: the keys its rope type's formula reads there, each of its type,
+    the bases and factors finite and positive (a base of -1, inf or NaN makes every position's
+    rotation garbage)."""
+    if not isinstance(params, dict):
+        raise ConfigError(f"{where} is {_shown(params)}, not an object")
+    kind = params.get("rope_type", params.get("type", "default"))
+    if not isinstance(kind, str):
+        raise ConfigError(f"{where}: rope_type is {_shown(kind)}, not a string")
+    for key in ("rope_theta", *_ROPE_NEEDS.get(kind, ())):
+        if params.get(key) is None:
+            raise ConfigError(f"{where} has no {key}, which rope type {kind!r} needs")
+    for key in _ROPE_POSITIVE:
+        if params.get(key) is not None:
+            _number(params[key], f"{where}: {key}")
+    for key in ("mscale", "mscale_all_dim"):
+        if params.get(key) is not None:
+            _number(params[key], f"{where}: {key}", zero=True)
+    if params.get("original_max_position_embeddings") is not None:
+        _count(params["original_max_position_embeddings"],
+               f"{where}: original_max_position_embeddings")  # fmt: skip
+    if params.get("partial_rotary_factor") is not None:
+        _number(params["partial_rotary_factor"], f"{where}: partial_rotary_factor", high=1.0)
+    if "truncate" in params:
+        _flag(params["truncate"], f"{where}: truncate")
+    if kind == "llama3" and params["low_freq_factor"] >= params["high_freq_factor"]:
+        raise ConfigError(f"{where}: low_freq_factor is not below high_freq_factor")
+    partial = params.get("partial_rotary_factor", a.get("partial_rotary_factor")) or 1.0
+    frequencies = int(head_dim * partial) // 2  # as kwker.families.llama.config_rope_table
+    if frequencies < 1:
+        raise ConfigError(
+            f"{where}: a partial_rotary_factor of {partial} rotates {int(head_dim * partial)} of "
+            f"the head's {head_dim} dimensions, fewer than 2"
+        )
+    for key in _ROPE_LISTS:
+        values = params.get(key)
+        if values is None:
+            continue
+        if not isinstance(values, list) or len(values) != frequencies:
+            raise ConfigError(
+                f"{where}: {key} is {_shown(values)}, not a list of {frequencies} factors"
+            )
+        for i, value in enumerate(values):
+            _number(value, f"{where}: {key}[{i}]")
+
+
 def config_from_json(config: dict) -> ModelConfig:
     """The ModelConfig of a config.json's contents (model types llama, mistral, qwen2, qwen3, phi3,
     gemma3_text, and gemma3, whose text_config is the model)."""
+    if not isinstance(config, dict):
+        raise ConfigError(f"the config is {_shown(config)}, not a JSON object")
+    _check_nesting(config)
     model_type = config.get("model_type")
     if model_type == "gemma3":  # the multimodal wrapper: the language model is its text config
-        config = {**(config.get("text_config") or {}), "model_type": "gemma3_text"}
+        text = config.get("text_config") or {}
+        if not isinstance(text, dict):
+            raise ConfigError(f"gemma3 config: text_config is {_shown(text)}, not an object")
+        config = {**text, "model_type": "gemma3_text"}
         model_type = "gemma3_text"
-    spec = MODEL_TYPES.get(model_type)
+    spec = MODEL_TYPES.get(model_type) if isinstance(model_type, str) else None
     if spec is None:
         raise ConfigError(
-            f"model type {model_type!r} is not supported (supported: {', '.join(sorted(MODEL_TYPES))}, gemma3)"
+            f"model type {_shown(model_type)} is not supported "
+            f"(supported: {', '.join(sorted(MODEL_TYPES))}, gemma3)"
         )
     config = copy.deepcopy(config)
     fields = {**_BASE_FIELDS, **spec.fields}
@@ -387,7 +626,7 @@ def config_from_json(config: dict) -> ModelConfig:
     torch_dtype = extra.pop("torch_dtype", None)  # dtype's old name, taken when dtype is absent
     if attributes["dtype"] is None:
         attributes["dtype"] = torch_dtype
-    _check_sizes(attributes, model_type)  # before anything divides by them
+    _check_fields(attributes, extra, model_type)  # before anything divides or sizes by them
     spec.post_init(attributes, extra)
     spec.rope(attributes, extra)
     if attributes.get("layer_types") is not None:
@@ -397,14 +636,23 @@ def config_from_json(config: dict) -> ModelConfig:
     attributes.update(extra)
     attributes["model_type"] = model_type
     _validate(attributes, spec)
+    _check_built(attributes)
     return ModelConfig(attributes)
 
 
-def _check_sizes(a: dict, model_type: str) -> None:
-    for name in ("hidden_size", "num_attention_heads", "num_hidden_layers", "vocab_size"):
-        value = a[name]
-        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-            raise ConfigError(f"{model_type} config: {name} is {value!r}, not a positive integer")
+# A config.json nests a few levels (rope_parameters per layer type, a multimodal model's
+# text_config); far deeper is damage, which copy.deepcopy's recursion would fail on
+MAX_NESTING = 16
+
+
+def _check_nesting(config: dict) -> None:
+    pending = [(config, 1)]
+    while pending:
+        value, depth = pending.pop()
+        if depth > MAX_NESTING:
+            raise ConfigError(f"the config nests objects or lists more than {MAX_NESTING} deep")
+        children = value.values() if isinstance(value, dict) else value
+        pending += [(c, depth + 1) for c in children if isinstance(c, dict | list)]
 
 
 def _validate(a: dict, spec: _ModelType) -> None:
@@ -446,7 +694,9 @@ class _Metadata:
     def error(self, message: str) -> ConfigError:
         return ConfigError(f"{self.gguf.path}: {message}")
 
-    def get(self, name: str, default=_REQUIRED, *, uniform: bool = True):
+    def get(self, name: str, default=_REQUIRED, check=None, *, uniform: bool = True):
+        """The value of `<arch>.<name>` (default when absent; else required), passed through
+        check(value, key) when given, which raises a ConfigError saying what the value is not."""
         key = f"{self.arch}.{name}"
         if key not in self.meta:
             if default is _REQUIRED:
@@ -457,9 +707,26 @@ class _Metadata:
         # is not one the families run
         if uniform and isinstance(value, list):
             if not value or any(v != value[0] for v in value):
-                raise self.error(f"{key} differs between layers ({value}), which is not supported")
+                raise self.error(
+                    f"{key} differs between layers ({_shown(value)}), which is not supported"
+                )
             value = value[0]
+        return self.checked(check, value, key)
+
+    def checked(self, check, value, key: str):
+        """`value` (of metadata `key`, which need not be under the architecture's prefix), passed
+        through check(value, key); its ConfigError named with the file."""
+        if check is not None:
+            try:
+                check(value, key)
+            except ConfigError as e:
+                raise self.error(str(e)) from None
         return value
+
+
+def _at_most(limit: int, low: int = 1):
+    """The check of a count: an integer in low..limit."""
+    return lambda value, what: _count(value, what, limit, low)
 
 
 def config_from_gguf(gguf: GgufFile) -> ModelConfig:
@@ -468,56 +735,64 @@ def config_from_gguf(gguf: GgufFile) -> ModelConfig:
     arch = gguf.metadata.get("general.architecture")
     if arch is None:
         raise ConfigError(f"{gguf.path}: the metadata has no general.architecture")
-    if arch not in GGUF_MODEL_TYPES:
+    if not isinstance(arch, str) or arch not in GGUF_MODEL_TYPES:
         raise ConfigError(
-            f"{gguf.path}: GGUF architecture {arch!r} is not supported "
+            f"{gguf.path}: GGUF architecture {_shown(arch)} is not supported "
             f"(supported: {', '.join(GGUF_MODEL_TYPES)})"
         )
     m = _Metadata(gguf, arch)
-    if m.get("expert_count", 0):
+    if m.get("expert_count", 0, _at_most(MAX_INT32, low=0)):
         raise ConfigError(f"{gguf.path}: a mixture-of-experts {arch} model is not supported")
     model_type = GGUF_MODEL_TYPES[arch]
     # llama.cpp runs Mistral's checkpoints as llama; transformers tells them apart by name
     if arch == "llama" and "mistral" in str(gguf.metadata.get("general.name", "")).lower():
         model_type = "mistral"
 
-    heads = m.get("attention.head_count")
-    hidden = m.get("embedding_length")
-    if not isinstance(heads, int) or heads <= 0:
-        raise m.error(f"{arch}.attention.head_count is {heads!r}, not a positive integer")
-    head_dim = m.get("attention.key_length", None)
+    # every value is checked as it is read, naming its GGUF key: a count that lies is refused
+    # before anything divides by it or is sized by it
+    heads = m.get("attention.head_count", check=_at_most(MAX_HEADS))
+    hidden = m.get("embedding_length", check=_at_most(MAX_WIDTH))
+    head_dim = m.get("attention.key_length", None, _at_most(MAX_WIDTH))
     if head_dim is None:
         # llama/mistral: transformers takes the head size from the rotary width, as llama.cpp does
-        head_dim = m.get("rope.dimension_count", None) if arch == "llama" else None
+        head_dim = (
+            m.get("rope.dimension_count", None, _at_most(MAX_WIDTH)) if arch == "llama" else None
+        )
     if head_dim is None:
         head_dim = hidden // heads  # llama.cpp's default for n_embd_head_k
     config = {
         "model_type": model_type,
         "vocab_size": _vocab_size(gguf, m),
         "hidden_size": hidden,
-        "intermediate_size": m.get("feed_forward_length"),
-        "num_hidden_layers": m.get("block_count"),
+        "intermediate_size": m.get("feed_forward_length", check=_at_most(MAX_WIDTH)),
+        "num_hidden_layers": m.get("block_count", check=_at_most(MAX_LAYERS)),
         "num_attention_heads": heads,
-        "num_key_value_heads": m.get("attention.head_count_kv", heads),
-        "rms_norm_eps": m.get("attention.layer_norm_rms_epsilon"),
-        "max_position_embeddings": m.get("context_length"),
-        "rope_theta": m.get("rope.freq_base"),
+        "num_key_value_heads": m.get("attention.head_count_kv", heads, _at_most(MAX_HEADS)),
+        "rms_norm_eps": m.get("attention.layer_norm_rms_epsilon", check=_number),
+        "max_position_embeddings": m.get("context_length", check=_at_most(MAX_INT32)),
+        "rope_theta": m.get("rope.freq_base", check=_number),
         # llama.cpp writes the output projection only when it is not the embedding matrix
         "tie_word_embeddings": "output.weight" not in gguf.tensors,
         # ids the file does not state stay None rather than taking a config class's defaults
-        "bos_token_id": gguf.metadata.get("tokenizer.ggml.bos_token_id"),
-        "eos_token_id": gguf.metadata.get("tokenizer.ggml.eos_token_id"),
-        "pad_token_id": gguf.metadata.get("tokenizer.ggml.padding_token_id"),
+        **{
+            name: m.checked(_token_ids, gguf.metadata.get(key), key)
+            for name, key in _GGUF_TOKEN_IDS.items()
+        },
     }
     if "tokenizer.ggml.unknown_token_id" in gguf.metadata:
-        config["unk_token_id"] = gguf.metadata["tokenizer.ggml.unknown_token_id"]
+        key = "tokenizer.ggml.unknown_token_id"
+        config["unk_token_id"] = m.checked(_token_ids, gguf.metadata[key], key)
     if model_type != "qwen2" or head_dim != hidden // heads:  # Qwen2Config has no head_dim field
         config["head_dim"] = head_dim
-    rotary = m.get("rope.dimension_count", head_dim)
+    rotary = m.get("rope.dimension_count", head_dim, _at_most(MAX_WIDTH))
+    if rotary > head_dim:
+        raise m.error(
+            f"{arch}.rope.dimension_count is {rotary}, more than the head size {head_dim}"
+        )
     if rotary != head_dim:
         config["partial_rotary_factor"] = rotary / head_dim
     biases = _biases(gguf)
-    window = m.get("attention.sliding_window", None)
+    window = m.get("attention.sliding_window", None, _at_most(MAX_INT32, low=0))
     if model_type == "llama":
         config["attention_bias"] = biases["attn"]
         config["mlp_bias"] = biases["ffn"]
@@ -534,16 +809,40 @@ def config_from_gguf(gguf: GgufFile) -> ModelConfig:
     scaling = _rope_scaling(gguf, m, config)
     if scaling is not None:
         config["rope_scaling"] = scaling
-    return config_from_json(config)
+    try:
+        return config_from_json(config)
+    except ConfigError as e:  # config_from_json knows the values, not the file they came from
+        raise m.error(str(e)) from None
+
+
+# The key (after "<arch>.") a GGUF states each of these config fields under, for messages that
+# name what in the file is wrong
+GGUF_FIELD_KEYS = {
+    "vocab_size": "vocab_size",
+    "hidden_size": "embedding_length",
+    "intermediate_size": "feed_forward_length",
+    "num_hidden_layers": "block_count",
+    "num_attention_heads": "attention.head_count",
+    "num_key_value_heads": "attention.head_count_kv",
+    "head_dim": "attention.key_length",
+}
+# config.json's names of the token ids a GGUF's tokenizer metadata states
+_GGUF_TOKEN_IDS = {
+    "bos_token_id": "tokenizer.ggml.bos_token_id",
+    "eos_token_id": "tokenizer.ggml.eos_token_id",
+    "pad_token_id": "tokenizer.ggml.padding_token_id",
+}
 
 
 def _vocab_size(gguf: GgufFile, m: _Metadata) -> int:
-    vocab = m.get("vocab_size", None)
+    vocab = m.get("vocab_size", None, _at_most(MAX_VOCAB))
     if vocab is None:
         tokens = gguf.metadata.get("tokenizer.ggml.tokens")
         if tokens is None:
             raise m.error(f"the metadata has neither {m.arch}.vocab_size nor tokenizer.ggml.tokens")
-        vocab = len(tokens)
+        if not isinstance(tokens, list):
+            raise m.error(f"tokenizer.ggml.tokens is {_shown(tokens)}, not a list of tokens")
+        vocab = m.checked(_at_most(MAX_VOCAB), len(tokens), "the number of tokenizer.ggml.tokens")
     embed = gguf.tensors.get("token_embd.weight")
     if embed is not None and embed.shape[0] != vocab:
         raise m.error(f"token_embd.weight has {embed.shape[0]} rows for a vocabulary of {vocab}")
@@ -552,11 +851,8 @@ def _vocab_size(gguf: GgufFile, m: _Metadata) -> int:
 
 def _biases(gguf: GgufFile) -> dict[str, bool]:
     """Which layer matrices carry biases, from the tensor names (blk.N.attn_q.bias, blk.N.ffn_up.bias)."""
-    leaves = {
-        name.split(".")[2]
-        for name in gguf.tensors
-        if name.startswith("blk.") and name.endswith(".bias")
-    }
+    parts = [name.split(".") for name in gguf.tensors]
+    leaves = {p[2] for p in parts if len(p) == 4 and p[0] == "blk" and p[3] == "bias"}
     return {
         "attn": any(leaf.startswith("attn_") for leaf in leaves),
         "ffn": any(leaf.startswith("ffn_") for leaf in leaves),
@@ -565,25 +861,30 @@ def _biases(gguf: GgufFile) -> dict[str, bool]:
 
 def _gemma3_keys(m: _Metadata, config: dict) -> dict:
     layers = config["num_hidden_layers"]
-    out = {"sliding_window": m.get("attention.sliding_window")}
+    out = {"sliding_window": m.get("attention.sliding_window", check=_at_most(MAX_INT32, low=0))}
     pattern = m.get("attention.sliding_window_pattern", None, uniform=False)
+    key = f"{m.arch}.attention.sliding_window_pattern"
     if isinstance(pattern, list):  # per layer, True where the layer is windowed
+        if not all(isinstance(p, bool) for p in pattern):
+            raise m.error(f"{key} is {_shown(pattern)}, not a list of true/false")
         if len(pattern) != layers:
             raise m.error(
                 f"{m.arch}.attention.sliding_window_pattern has {len(pattern)} entries for {layers} layers"
             )
         out["layer_types"] = ["sliding_attention" if p else "full_attention" for p in pattern]
     elif pattern is not None:
-        out["sliding_window_pattern"] = pattern
-    if (local_base := m.get("rope.freq_base_swa", None)) is not None:
+        out["sliding_window_pattern"] = m.checked(_at_most(MAX_INT32), pattern, key)
+    if (local_base := m.get("rope.freq_base_swa", None, _number)) is not None:
         out["rope_local_base_freq"] = local_base
     for cap in ("final_logit_softcapping", "attn_logit_softcapping"):
-        if (value := m.get(cap, None)) is not None:
+        if (value := m.get(cap, None, _number)) is not None:
             out[cap] = value
     # The attention scale: stated by newer files; else llama.cpp's rule for Gemma 3 -- 1/sqrt(head size),
     # except the 27B (62 layers), which scales by 1/sqrt(hidden / heads)
-    scale = m.get("attention.scale", None)
+    scale = m.get("attention.scale", None, _number)
     if scale is not None:
+        if not 0 < scale * scale < math.inf:  # its square divides below
+            raise m.error(f"{m.arch}.attention.scale is {scale}, too far from 1 to square")
         scalar = 1.0 / (scale * scale)
         out["query_pre_attn_scalar"] = (
             round(scalar) if abs(scalar - round(scalar)) < 1e-3 else scalar
@@ -597,12 +898,12 @@ def _gemma3_keys(m: _Metadata, config: dict) -> dict:
 
 def _rope_scaling(gguf: GgufFile, m: _Metadata, config: dict) -> dict | None:
     """The rope scaling the file states, in config.json's terms; None for plain RoPE."""
-    kind = m.get("rope.scaling.type", None)
-    factor = m.get("rope.scaling.factor", None)
+    kind = m.get("rope.scaling.type", None, _text)
+    factor = m.get("rope.scaling.factor", None, _number)
     if (
         kind is None and m.get("rope.scale_linear", None) is not None
     ):  # the key before rope.scaling.*
-        kind, factor = "linear", m.get("rope.scale_linear")
+        kind, factor = "linear", m.get("rope.scale_linear", check=_number)
     freqs = gguf.tensors.get(_ROPE_FREQS)
     if freqs is not None:
         if kind not in (None, "none"):
@@ -622,12 +923,13 @@ def _rope_scaling(gguf: GgufFile, m: _Metadata, config: dict) -> dict | None:
         for name, neutral in _NEUTRAL_YARN_KEYS.items():
             value = m.get(f"rope.scaling.{name}", None)
             if value is not None and value not in neutral:
-                raise m.error(f"{m.arch}.rope.scaling.{name} = {value} is not supported")
+                raise m.error(f"{m.arch}.rope.scaling.{name} = {_shown(value)} is not supported")
         out = {"rope_type": "yarn", "factor": factor}
-        if (original := m.get("rope.scaling.original_context_length", None)) is not None:
+        original = m.get("rope.scaling.original_context_length", None, _at_most(MAX_INT32))
+        if original is not None:
             out["original_max_position_embeddings"] = original
         for gguf_name, name in (("yarn_beta_fast", "beta_fast"), ("yarn_beta_slow", "beta_slow")):
-            if (value := m.get(f"rope.scaling.{gguf_name}", None)) is not None:
+            if (value := m.get(f"rope.scaling.{gguf_name}", None, _number)) is not None:
                 out[name] = value
         return out
     raise m.error(
@@ -641,7 +943,8 @@ def _freq_factors(gguf: GgufFile, m: _Metadata, config: dict) -> dict | None:
     as llama.cpp divides. Transformers' GGUF loader ignores the tensor (so Llama 3.x files load
     with unscaled RoPE there); the file's own factors are what the model was converted with."""
     info = gguf.tensors[_ROPE_FREQS]
-    head_dim = config["head_dim"]
+    # a Qwen2 config states no head_dim when it is hidden / heads, as Qwen2Config does
+    head_dim = config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"]
     rotary = round(config.get("partial_rotary_factor", 1.0) * head_dim)
     if info.ggml_type not in (0, 1) or info.shape != (rotary // 2,):
         raise m.error(

@@ -25,13 +25,18 @@ from pathlib import Path
 
 import numpy as np
 
+from kwker.loading.errors import BadModelFile
+
 GGUF_MAGIC = b"GGUF"
 SUPPORTED_VERSIONS = (2, 3)  # v1 counted in 32 bits and predates every file still in circulation
 DEFAULT_ALIGNMENT = 32
 MAX_DIMS = 4  # GGML_MAX_DIMS: llama.cpp rejects more, so no writer produces them
+# Arrays of arrays nest one level in the files llama.cpp writes; a deeper nesting is corruption, and
+# refused before reading it would recurse once per level
+MAX_ARRAY_NESTING = 8
 
 
-class GgufError(ValueError):
+class GgufError(BadModelFile):
     """A file that is not a GGUF this reader can take, or a corrupt one; the message names the file."""
 
 
@@ -189,7 +194,7 @@ class _Header:
             return self.array(element_type, count, what)
         raise self.error(f"{what} has unknown value type {value_type}")
 
-    def array(self, element_type: int, count: int, what: str) -> list:
+    def array(self, element_type: int, count: int, what: str, depth: int = 1) -> list:
         if element_type in _ARRAY_DTYPES:
             dtype = _ARRAY_DTYPES[element_type]
             self.need(count * dtype.itemsize, what)
@@ -200,9 +205,13 @@ class _Header:
         if element_type == STRING:
             return self.string_array(count, what)
         if element_type == ARRAY:
+            if depth >= MAX_ARRAY_NESTING:
+                raise self.error(f"{what} nests arrays more than {MAX_ARRAY_NESTING} deep")
             self.need(count * 12, what)  # each nested array has at least its type and count
             return [
-                self.array(self.unpack(_U32, what), self.unpack(_U64, what), f"{what}[{i}]")
+                self.array(
+                    self.unpack(_U32, what), self.unpack(_U64, what), f"{what}[{i}]", depth + 1
+                )
                 for i in range(count)
             ]
         raise self.error(f"{what} is an array of unknown value type {element_type}")

@@ -2,10 +2,11 @@
 
 Every source answers in the same terms, so one loader (kwker.loading.build) packs all three:
 `names` is the set of tensors it holds, under their Hugging Face state-dict names
-(`model.layers.0.self_attn.q_proj.weight`), and `tensor(name)` is a `RawTensor`: the bytes of its
-rows as the source stores them (ggml type ids name the storage, F32 / F16 / BF16 included), never a
-float copy. The native loader dequantizes and packs a panel of rows at a time from those bytes, so
-loading costs the packed weights plus a few rows of scratch, whatever the source's format.
+(`model.layers.0.self_attn.q_proj.weight`), `shape(name)` its shape, and `tensor(name)` is a
+`RawTensor`: the bytes of its rows as the source stores them (ggml type ids name the storage, F32 /
+F16 / BF16 included), never a float copy. The native loader dequantizes and packs a panel of rows
+at a time from those bytes, so loading costs the packed weights plus a few rows of scratch,
+whatever the source's format.
 
 File sources map their files (MappedFile); `release(name)` drops a tensor's pages from this
 process once it is packed, so a file bigger than memory streams through.
@@ -14,20 +15,19 @@ process once it is packed, so a file bigger than memory streams through.
 from __future__ import annotations
 
 import json
+import math
 import mmap
 import os
+import reprlib
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from kwker import _native
+from kwker.loading.errors import BadModelFile
 
 GGML_TYPE = {name: tid for tid, (name, _, _) in _native.ggml_types.items()}
-
-
-class BadModelFile(ValueError):
-    """A model file that cannot be loaded as it is; the message names the file and the tensor."""
 
 
 @dataclass
@@ -46,7 +46,7 @@ class RawTensor:
     def float32(self) -> np.ndarray:
         """The values as float32, in Hugging Face order (for the small tensors: norms, biases)."""
         k = self.shape[-1]
-        rows = int(np.prod(self.shape[:-1], dtype=np.int64))
+        rows = math.prod(self.shape[:-1])
         values = _native.ggml_dequantize(self.raw, self.ggml_type, rows, k).reshape(self.shape)
         if self.row_order is not None:
             values = values[self.row_order]
@@ -76,6 +76,9 @@ class TorchSource:
         self.names = set(self._state)
         self.description = type(model).__name__
 
+    def shape(self, name: str) -> tuple[int, ...]:
+        return tuple(self._state[name].shape)
+
     def tensor(self, name: str) -> RawTensor:
         import torch
 
@@ -104,11 +107,7 @@ class SafetensorsSource:
         folder = Path(folder)
         index = folder / "model.safetensors.index.json"
         if index.exists():
-            try:
-                weight_map = json.loads(index.read_text())["weight_map"]
-            except (ValueError, KeyError, TypeError) as e:
-                raise BadModelFile(f"{index}: not a safetensors index ({e})") from None
-            files = sorted({folder / f for f in weight_map.values()})
+            files = sorted({folder / f for f in shard_names(index)})
         elif (folder / "model.safetensors").exists():
             files = [folder / "model.safetensors"]
         else:
@@ -133,8 +132,10 @@ class SafetensorsSource:
                 raise BadModelFile(f"{path}: header of {n} bytes does not fit the file")
             try:
                 header = json.loads(f.read(n))
-            except ValueError as e:
+            except (ValueError, RecursionError) as e:  # RecursionError: nested too deeply
                 raise BadModelFile(f"{path}: the header is not JSON ({e})") from None
+        if not isinstance(header, dict):
+            raise BadModelFile(f"{path}: the header is {type(header).__name__}, not a JSON object")
         data = MappedFile(path) if size > 8 + n else None  # None: a file without tensor data
         start, spans = 8 + n, []
         for name, info in header.items():
@@ -142,14 +143,7 @@ class SafetensorsSource:
                 continue
             if name in self._where:
                 raise BadModelFile(f"{path}: tensor {name} is also in another file")
-            dtype, shape, (a, b) = info.get("dtype"), tuple(info["shape"]), info["data_offsets"]
-            if dtype not in SAFETENSORS_TYPES:
-                raise BadModelFile(f"{path}: tensor {name} has dtype {dtype}, not F32/F16/BF16")
-            want = int(np.prod(shape, dtype=np.int64)) * SAFETENSORS_TYPES[dtype][1]
-            if b - a != want or a < 0:
-                raise BadModelFile(
-                    f"{path}: tensor {name} has {b - a} bytes, its shape takes {want}"
-                )
+            dtype, shape, (a, b) = tensor_entry(path, name, info)
             if start + b > size:
                 raise BadModelFile(
                     f"{path}: tensor {name} ends at byte {start + b}, past the end of the file "
@@ -162,6 +156,9 @@ class SafetensorsSource:
             if a1 < b0:
                 raise BadModelFile(f"{path}: tensors {n0} and {n1} overlap")
 
+    def shape(self, name: str) -> tuple[int, ...]:
+        return self._where[name][4]
+
     def tensor(self, name: str) -> RawTensor:
         data, a, b, dtype, shape = self._where[name]
         raw = data.view(a, b) if b > a else np.zeros(0, np.uint8)
@@ -171,6 +168,59 @@ class SafetensorsSource:
         data, a, b, _, _ = self._where[name]
         if data is not None:
             data.drop(a, b)
+
+
+def shard_names(index: Path) -> set[str]:
+    """The file names a model.safetensors.index.json's weight_map lists: plain names of files in
+    its folder (a path elsewhere would make the loader read any file the index names)."""
+    try:
+        weight_map = json.loads(index.read_text())["weight_map"]
+    except (ValueError, KeyError, TypeError, RecursionError) as e:
+        raise BadModelFile(f"{index}: not a safetensors index ({e})") from None
+    if not isinstance(weight_map, dict):
+        raise BadModelFile(f"{index}: weight_map is not a JSON object")
+    names = set()
+    for tensor, name in weight_map.items():
+        if not isinstance(name, str) or Path(name).name != name or name in ("", ".", ".."):
+            raise BadModelFile(
+                f"{index}: weight_map names {reprlib.repr(name)} for tensor {tensor}, not the name "
+                "of a file in its folder"
+            )
+        names.add(name)
+    return names
+
+
+def tensor_entry(path: Path, name: str, info) -> tuple[str, tuple[int, ...], tuple[int, int]]:
+    """(dtype, shape, (begin, end)) of one tensor of a safetensors header, every field checked
+    for its type: a header is the file's word on how much to read and where, so a lie in it must
+    be refused here, before any size is computed from it. Sizes are Python integers: a shape
+    whose product wraps around in 64 bits (2^32 x 2^32) is as large as it says, not 0."""
+    if not isinstance(info, dict):
+        raise BadModelFile(
+            f"{path}: tensor {name} is described by {reprlib.repr(info)}, not an object"
+        )
+    dtype, shape, offsets = info.get("dtype"), info.get("shape"), info.get("data_offsets")
+    if not isinstance(dtype, str) or dtype not in SAFETENSORS_TYPES:
+        raise BadModelFile(
+            f"{path}: tensor {name} has dtype {reprlib.repr(dtype)}, not F32/F16/BF16"
+        )
+    if not isinstance(shape, list) or not all(_is_count(d) for d in shape):
+        raise BadModelFile(
+            f"{path}: tensor {name} has shape {reprlib.repr(shape)}, not a list of integers >= 0"
+        )
+    if not isinstance(offsets, list) or len(offsets) != 2 or not all(_is_count(x) for x in offsets):
+        raise BadModelFile(
+            f"{path}: tensor {name} has data_offsets {reprlib.repr(offsets)}, not two integers >= 0"
+        )
+    a, b = offsets
+    want = math.prod(shape) * SAFETENSORS_TYPES[dtype][1]
+    if b - a != want:
+        raise BadModelFile(f"{path}: tensor {name} has {b - a} bytes, its shape takes {want}")
+    return dtype, tuple(shape), (a, b)
+
+
+def _is_count(x) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool) and x >= 0
 
 
 class MappedFile:
@@ -286,6 +336,9 @@ class GgufSource:
 
     def gguf_name(self, name: str) -> str:
         return self._names[name]
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        return self.file.tensors[self._names[name]].shape
 
     def tensor(self, name: str) -> RawTensor:
         info = self.file.tensors[self._names[name]]

@@ -30,13 +30,18 @@ def entries() -> list[dict]:
 
 
 def check_runs(path: Path) -> None:
-    """Raises ValueError (naming the reason) unless the files at `path` can run: their header,
-    config and tensor table are read, not their weights."""
-    from kwker.loading.build import check_model
+    """Raises BadModelFile (naming the reason) unless the files at `path` can run: the checks of a
+    load, without packing the weights -- the header, the config and the tensor table are read
+    and checked against each other (kwker.loading.load.open_files), the model's shape and RoPE
+    tables checked as the native step takes them, and the tokenizer built."""
+    from kwker.loading.build import check_model, rope_tables
     from kwker.loading.load import open_files
 
-    config, source, _, _, _ = open_files(path)
-    check_model(config, source, min(2048, config.max_position_embeddings))
+    config, source, _, _, make_tokenizer = open_files(path)
+    context = min(2048, config.max_position_embeddings)
+    check_model(config, source, context)
+    rope_tables(config, source, context)
+    make_tokenizer()
 
 
 def register(path, copy: bool = False, progress=None) -> dict:
