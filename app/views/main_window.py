@@ -569,6 +569,9 @@ class MainWindow(QMainWindow):
         self.chat.frame.stop()
         self.thread_.quit()
         self.thread_.wait()
+        # The lambdas connected to the worker's signals hold this window: a cycle through C++ that
+        # Python's gc cannot see, so without this every closed window kept its model for good.
+        self.worker.backend = None
         super().closeEvent(event)
 
     # ---- drag and drop: a .gguf file or a model folder dropped on the window is imported where it
