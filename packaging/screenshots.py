@@ -98,7 +98,7 @@ def main(out: Path) -> int:
     win.settings_panel.apply_button.click()
     pause(200)
     win.grab().save(str(out / "main-dark.png"))
-    picker = win.open_models()
+    picker = win.model_choice.open_picker()
     pause(1500)  # the scans and estimates arrive from the picker's worker
     picker.grab().save(str(out / "model-picker.png"))
     picker.close()
@@ -149,7 +149,7 @@ def tour(out: Path, theme: str, width: int, height: int) -> int:
     win.tabs.setCurrentWidget(win.settings_tab)
     shot(win, "3-settings")
     win.tabs.setCurrentWidget(win.stats)
-    picker = win.open_models()
+    picker = win.model_choice.open_picker()
     pause(0, lambda: not picker.busy, 60)
     shot(picker, "4-picker")
     picker.close()

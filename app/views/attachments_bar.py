@@ -31,6 +31,7 @@ class AttachmentsBar(QWidget):
         super().__init__()
         self.store, self.count_tokens, self.prompt_room = store, count_tokens, prompt_room
         self.cid: int | None = None  # the conversation shown
+        self.pasted = ""  # an over-long message the user may attach as a document instead
         self.attach_button = QPushButton("Attach…")
         self.attach_button.setAccessibleName("attach documents")
         self.attach_button.setToolTip(
@@ -68,6 +69,31 @@ class AttachmentsBar(QWidget):
     def attach_text(self, name: str, text: str) -> None:
         self.store.add_attachment(self.cid, name, text, self.count_tokens(text))
         self.refresh()
+
+    def too_long(self, text: str, context: int) -> str:
+        """Why a message cannot be sent beside an answer in `context` tokens, as markup offering to
+        attach it as a document instead (whose parts the answers quote); "" when it fits. The
+        text is kept for attach_pasted."""
+        if not context or len(text) < context:  # a token takes at least a character
+            return ""
+        tokens = abs(self.count_tokens(text))
+        if tokens <= self.prompt_room():
+            return ""
+        self.pasted = text
+        return (
+            f"This message is {tokens:,} tokens long, more than fits the model's context of "
+            f"{context:,} tokens beside an answer. "
+            '<a href="attach-paste:0">Attach it as a document</a> instead: each answer then '
+            "gets the parts that match your question."
+        )
+
+    def attach_pasted(self) -> bool:
+        """Attaches the over-long message too_long refused; False if there is none."""
+        if not self.pasted:
+            return False
+        self.attach_text("Pasted text.txt", self.pasted)
+        self.pasted = ""
+        return True
 
     def _dialog(self) -> None:
         paths, _ = QFileDialog.getOpenFileNames(self, "Attach documents", "", DOCUMENT_FILTER)

@@ -14,6 +14,7 @@ import time
 from PySide6.QtCore import Qt, QTimer, QUrl, Signal
 from PySide6.QtWidgets import (
     QApplication,
+    QFileDialog,
     QHBoxLayout,
     QLabel,
     QMenu,
@@ -71,7 +72,7 @@ def _button(text: str, accessible: str, tip: str = "") -> QPushButton:
 
 class ChatView(QWidget):
     link = Signal(str, str)  # a link in the chat: its kind and argument ("copy-msg", "3")
-    export_requested = Signal(str)  # a format of kwker.app.export.FORMATS
+    export_requested = Signal(str, str)  # a file's path, a format of kwker.app.export.FORMATS
     drawn = Signal()  # a frame with the streamed answer was drawn
 
     def __init__(self, colors: dict[str, str], attachments: AttachmentsBar):
@@ -103,7 +104,7 @@ class ChatView(QWidget):
         self.export_button = _button("Export", "export the conversation")
         menu = QMenu(self.export_button)
         for fmt, label in EXPORTS:
-            menu.addAction(label, lambda fmt=fmt: self.export_requested.emit(fmt))
+            menu.addAction(label, lambda fmt=fmt: self._export_dialog(fmt))
         self.export_button.setMenu(menu)
         self.attachments = attachments
 
@@ -133,6 +134,14 @@ class ChatView(QWidget):
         self.frame.timeout.connect(self.draw_frame)
         self.frame.start()
         self.set_colors(colors)
+
+    def _export_dialog(self, fmt: str) -> None:
+        from kwker.app.export import FORMATS
+
+        name = f"{self.title.text()}.{fmt}"
+        path, _ = QFileDialog.getSaveFileName(self, "Export", name, f"{FORMATS[fmt]} (*.{fmt})")
+        if path:
+            self.export_requested.emit(path, fmt)
 
     def set_colors(self, colors: dict[str, str]) -> None:
         self.colors = colors

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QPainter
-from PySide6.QtWidgets import QLabel, QSizePolicy
+from PySide6.QtWidgets import QApplication, QLabel, QSizePolicy, QWidget
 
 
 class ElidedLabel(QLabel):
@@ -23,3 +23,12 @@ class ElidedLabel(QLabel):
         painter = QPainter(self)
         shown = self.fontMetrics().elidedText(self.text(), Qt.ElideRight, self.width())
         painter.drawText(self.rect(), int(self.alignment() | Qt.AlignVCenter), shown)
+
+
+def fit_to_screen(window: QWidget, width: int, height: int) -> None:
+    """Opens window at width x height, or at the screen's available size if that is smaller."""
+    screen = window.screen() or QApplication.primaryScreen()
+    if screen is not None:
+        room = screen.availableGeometry()
+        width, height = min(width, room.width()), min(height, room.height())
+    window.resize(width, height)

@@ -126,7 +126,7 @@ def test_versions_survive_a_restart_and_switching_reuses_the_kv_cache(qtbot, dat
     contents = [first]
     for seed in (2, 3):
         win.apply_settings({**win.settings_panel.values(), "seed": seed}, conversation_only=True)
-        win.regenerate()
+        win.branches.regenerate()
         qtbot.waitUntil(lambda: not win.generating, timeout=60_000)
         contents.append(win.messages[-1].content)
         # the prompt was the one of the answer before: all of it came from the KV cache but the
@@ -137,7 +137,7 @@ def test_versions_survive_a_restart_and_switching_reuses_the_kv_cache(qtbot, dat
     shown = win.messages[-1]
     assert (shown.version, shown.versions) == (3, 3)
     assert "< 3/3 >" in win.view.toPlainText()
-    win.switch_version(1, -1)
+    win.branches.switch_version(1, -1)
     assert win.messages[-1].content == contents[1] and "< 2/3 >" in win.view.toPlainText()
     follow = answer(qtbot, win, "And a fruit?")  # on version 2's branch
     stats = follow.stats
@@ -152,9 +152,9 @@ def test_versions_survive_a_restart_and_switching_reuses_the_kv_cache(qtbot, dat
     assert [m.content for m in again.messages] == ["Name a colour.", contents[1], "And a fruit?",
                                                    follow.content]  # fmt: skip
     assert (again.messages[1].version, again.messages[1].versions) == (2, 3)
-    again.switch_version(1, +1)
+    again.branches.switch_version(1, +1)
     assert [m.content for m in again.messages][1:] == [contents[2]]
-    again.switch_version(1, -1)  # back to version 2: its follow-up is still there
+    again.branches.switch_version(1, -1)  # back to version 2: its follow-up is still there
     assert again.messages[-1].content == follow.content
 
 
@@ -166,16 +166,16 @@ def test_editing_branches_off_and_a_fork_leaves_the_original_intact(qtbot, data_
     original = [(m.role, m.content) for m in win.messages]
     cid = win.cid
 
-    win.edit_message(2)
+    win.branches.edit_message(2)
     win.send("Name a fruit.")
     qtbot.waitUntil(lambda: not win.generating, timeout=60_000)
     edited = win.messages[2]
     assert (edited.content, edited.version, edited.versions) == ("Name a fruit.", 2, 2)
     assert win.messages[3].stats["reused_prompt_tokens"] > 10  # the first turn, from the cache
-    win.switch_version(2, -1)
+    win.branches.switch_version(2, -1)
     assert [(m.role, m.content) for m in win.messages] == original  # the old branch is kept
 
-    fork = win.fork_from(1)
+    fork = win.branches.fork_from(1)
     assert win.cid == fork != cid and win.title.text().endswith("(fork)")
     assert [(m.role, m.content) for m in win.messages] == original[:2]
     follow = answer(qtbot, win, "And of Italy?")

@@ -47,12 +47,12 @@ def test_stop_keeps_the_partial_answer(qtbot, data_dir):
 def test_regenerate_and_edit(qtbot, data_dir):
     win = open_window(qtbot)
     first = answer(qtbot, win, "Name a colour.")
-    win.regenerate()
+    win.branches.regenerate()
     qtbot.waitUntil(lambda: not win.generating, timeout=60_000)
     assert [m.role for m in win.messages] == ["user", "assistant"]
     assert win.messages[-1].content == first.content  # greedy: the same answer again
     answer(qtbot, win, "And a fruit?")
-    win.edit_message(0)
+    win.branches.edit_message(0)
     assert win.input.toPlainText() == "Name a colour."
     win.send("What is the capital of France?")
     qtbot.waitUntil(lambda: not win.generating, timeout=60_000)
@@ -72,7 +72,7 @@ def test_settings_change_the_next_answer_and_keep_exactness(qtbot, data_dir):
         texts.append(answer(qtbot, win, "Tell me something about cats.").content)
     assert texts[0] == texts[1] == texts[2]  # same seed: same text, with and without prompt lookup
     win.apply_settings({**win.settings_panel.values(), "seed": 99}, conversation_only=True)
-    win.regenerate()
+    win.branches.regenerate()
     qtbot.waitUntil(lambda: not win.generating, timeout=60_000)
     assert win.messages[-1].content != texts[0]  # this conversation's own seed
 

@@ -148,7 +148,7 @@ def test_an_attached_pdf_s_fact_is_in_the_answer(qtbot, data_dir, tmp_path):
     win.close()
     again = open_window(qtbot, keep_saved=True)
     assert again.cid == cid and [a.name for a in again.store.attachments(cid)] == ["gull-point.pdf"]
-    again.regenerate()
+    again.branches.regenerate()
     qtbot.waitUntil(lambda: not again.generating, timeout=60_000)
     assert "Biscuit-7431" in again.messages[-1].content
     again.chat.attachments.detach(attached.id)

@@ -110,7 +110,7 @@ def test_the_html_export_opens_in_headless_chromium_and_shows_the_messages(
 ):
     win = open_window(qtbot, {"max_new_tokens": 60})
     answer(qtbot, win, "Write a Python function that returns the square of a number.")
-    win.regenerate()  # a second version: the page shows the one on screen, the JSON both
+    win.branches.regenerate()  # a second version: the page shows the one on screen, the JSON both
     qtbot.waitUntil(lambda: not win.generating, timeout=60_000)
     shown = win.messages[-1]
     assert "def " in shown.content  # a code block to highlight

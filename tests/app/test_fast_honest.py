@@ -70,7 +70,7 @@ def ab(win, qtbot, prompt: str, tokens: int, rounds: int = 3):
     with lookup on the same decoder, alternating (kwker.bench's time_modes: the same tokens)."""
     shown = []
     for _ in range(rounds):
-        win.regenerate()
+        win.branches.regenerate()
         qtbot.waitUntil(lambda: not win.generating, timeout=120_000)
         s = win.messages[-1].stats
         assert s["speedup"] is not None, s["speedup_why"]

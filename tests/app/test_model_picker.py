@@ -85,7 +85,7 @@ def row(picker, model_id):
 
 def test_picker_downloads_a_model_and_the_chat_uses_it(qtbot, data_dir, hub):
     win = open_window(qtbot)
-    picker = win.open_models()
+    picker = win.model_choice.open_picker()
     qtbot.addWidget(picker)
     ids = [r["id"] for r in picker.table_model.rows]
     assert SMOLLM2 in ids and len(ids) >= 10

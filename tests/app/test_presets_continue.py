@@ -107,7 +107,7 @@ def test_a_cut_answer_continues_in_the_same_message(qtbot, data_dir):
     assert cut.stats["finish_reason"] == "length" and cut.stats["new_tokens"] == 16
     assert "Stopped at 16 tokens" in win.view.toPlainText()
     assert 'href="continue:0"' in win.view.toHtml() or "Continue" in win.view.toPlainText()
-    assert win.continue_answer()
+    assert win.branches.continue_answer()
     qtbot.waitUntil(lambda: not win.generating, timeout=60_000)
     went_on = win.messages[-1]
     assert went_on.id == cut.id and len(win.messages) == 2  # the same message, no new one

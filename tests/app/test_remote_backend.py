@@ -239,7 +239,7 @@ def test_a_server_added_in_the_picker_answers_in_the_window(qtbot, data, server)
     from kwker.app.store import Store, data_dir
 
     win = open_window(qtbot)
-    picker = win.open_models()
+    picker = win.model_choice.open_picker()
     qtbot.addWidget(picker)
     panel = picker.servers
     picker.tabs.setCurrentWidget(panel)
@@ -329,7 +329,7 @@ def test_a_missing_or_wrong_key_is_said_and_not_kept(qtbot, data, server, key):
     said = f"The server at {server.url} {verdict} (401: "
     # in the picker: nothing is listed, the key is not kept
     win = remote_window(qtbot, refused_port(), "any")  # a window on no server yet
-    picker = win.open_models()
+    picker = win.model_choice.open_picker()
     qtbot.addWidget(picker)
     panel = picker.servers
     panel.address.setCurrentText(server.url)

@@ -112,13 +112,15 @@ def test_identical_for_greedy_and_for_a_seed_with_prompt_lookup(qtbot, data_dir)
 @pytest.mark.slow
 def test_identical_with_a_draft_model(qtbot, data_dir, truncated_draft):
     win = open_window(qtbot, {"max_new_tokens": 40})
-    win._switch_model(draft_model=truncated_draft)  # as the model picker's "use as draft" does
+    win.model_choice.switch(
+        draft_model=truncated_draft
+    )  # as the model picker's "use as draft" does
     qtbot.waitUntil(
         lambda: win.model_info is not None and win.model_info["draft"] == truncated_draft,
         timeout=LOAD_TIMEOUT_MS,
     )
     for temperature, seed in ((0.0, -1), (0.8, 77)):
-        win._switch_model(temperature=temperature, seed=seed)  # the draft stays loaded
+        win.model_choice.switch(temperature=temperature, seed=seed)  # the draft stays loaded
         assert win.model_info is not None
         view = run_split(qtbot, win, "Write a short poem about the sea.")  # little to look up
         assert f"draft smollm2-{DRAFT_LAYERS}-layers" in view.heads[1].text()

@@ -140,12 +140,12 @@ def test_a_fork_on_a_full_disk_leaves_no_half_conversation(qtbot, data_dir):
     # forked with the chat: more than the free room of the pages in use
     win.store.add_attachment(cid, "notes.txt", "a line of notes\n" * 2000, 8000)
     padding = fill_disk(win.store)
-    assert win.fork_from(len(win.messages) - 1) is None
+    assert win.branches.fork_from(len(win.messages) - 1) is None
     assert "could not fork" in win.status.text() and "full" in win.status.text()
     assert win.cid == cid  # the conversation stays open
     free_disk(win.store, padding)
     assert [(c.id, c.title) for c in Store().conversations()] == before  # nothing half-made
-    forked = win.fork_from(len(win.messages) - 1)  # room again: a whole fork
+    forked = win.branches.fork_from(len(win.messages) - 1)  # room again: a whole fork
     assert [m.content for m in win.store.messages(forked)] == [m.content for m in win.messages]
 
 
