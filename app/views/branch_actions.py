@@ -25,7 +25,11 @@ class BranchActions:
             w.store.set_leaf(w.cid, w.messages[self.editing_index].parent_id)
             self.editing_index = None
         if not any(m.role == "user" for m in w.messages):
-            title = text.splitlines()[0][:48]
+            first = text.splitlines()[0]
+            # at most 48 characters, cut at a word where it can be, marked as cut
+            title = (
+                first if len(first) <= 48 else (first[:47].rsplit(" ", 1)[0] or first[:47]) + "…"
+            )
             w.store.rename(w.cid, title)
             w.title.setText(title)
         w.store.add_message(w.cid, "user", text)

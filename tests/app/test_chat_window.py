@@ -30,8 +30,9 @@ def test_send_streams_an_answer(qtbot, data_dir):
 
 def test_stop_keeps_the_partial_answer(qtbot, data_dir):
     win = open_window(qtbot, {"max_new_tokens": 400})
-    win.send("Write a long story about a lighthouse keeper.")
+    win.send("Write a long story about a lighthouse keeper who finds a message in a bottle.")
     qtbot.waitUntil(lambda: len(win.stream_text) > 40, timeout=60_000)
+    assert win.title.text() == "Write a long story about a lighthouse keeper…"  # 48 at most
     assert win.send_button.text() == "Stop"
     win.send_button.click()
     qtbot.waitUntil(lambda: not win.generating, timeout=10_000)
