@@ -150,6 +150,8 @@ def cmd_serve(args) -> int:
         allowed_origins=tuple(args.allow_origin),
         allowed_hosts=tuple(args.allowed_host),
         max_body=args.max_body_bytes,
+        cache_slots=args.cache_slots,
+        shared_lookup=args.shared_lookup,
         max_queue=args.max_queue,
     )
     return 0
@@ -360,7 +362,22 @@ def build_parser() -> argparse.ArgumentParser:
     )
     s.add_argument("--max-queue", type=int, default=64, help="requests waiting before 429")
     s.add_argument("--precision", choices=NAMES, default=None)
-    s.add_argument("--max-batch", type=int, default=8)
+    s.add_argument("--max-batch", type=int, default=8, help="requests decoded at once")
+    s.add_argument(
+        "--cache-slots",
+        type=int,
+        default=4,
+        help="KV slots beyond --max-batch that keep earlier requests' text, so that a request "
+        "sharing a prefix with one (a conversation's next turn) skips its prefill; each costs "
+        "one request's KV cache of RAM (default 4)",
+    )
+    s.add_argument(
+        "--no-shared-lookup",
+        dest="shared_lookup",
+        action="store_false",
+        help="prompt lookup copies from each request's own text only, not from its key's "
+        "earlier requests",
+    )
     s.add_argument("--max-cache-len", type=int, default=2048)
     s.add_argument("--threads", type=int, default=None)
     s.set_defaults(func=cmd_serve)

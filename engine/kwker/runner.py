@@ -107,8 +107,12 @@ class Runner:
         self.max_cache_len = step.max_cache_len
         self.max_step_tokens = step.max_step_tokens
         self.max_out_rows = step.max_out_rows
-        # per slot, the tokens whose K/V it holds
+        # per slot, the tokens whose K/V it holds, whose text they are (a server's tenant: one
+        # owner's cache never serves another's prompt) and when it was last given back
         self._records: list[list[int]] = [[] for _ in range(self.n_slots)]
+        self._owners: list[object] = [None] * self.n_slots
+        self._released: list[int] = [0] * self.n_slots
+        self._releases = 0
         self._in_use: set[int] = set()
         self.lock = threading.RLock()
         self._hold = _Hold()
@@ -142,10 +146,10 @@ class Runner:
     def free_slots(self) -> int:
         return self.n_slots - len(self._in_use)
 
-    def acquire(self, slot: int | None = None) -> int:
+    def acquire(self, slot: int | None = None, owner: object = None) -> int:
         """Takes a slot for one sequence, until release(slot). None: the lowest free slot, its
         record cleared (a new text); a slot number: that slot, its record kept (a chat turn
-        continues the previous text)."""
+        continues the previous text) if it is `owner`'s, else cleared."""
         with self.lock:
             if slot is None:
                 free = [s for s in range(self.n_slots) if s not in self._in_use]
@@ -163,19 +167,40 @@ class Runner:
                         f"slot {slot} is in use by an unfinished generation (a stream_generate "
                         "not yet closed, in this thread?): close it first"
                     )
-            self._in_use.add(slot)
+            self._take(slot, owner)
             return slot
 
-    def lend(self, prefer: int | None = None) -> int | None:
-        """A free slot for one step's branch (see Feed), its record kept (a branch first takes
-        its parent's): `prefer` if free, else the free slot that holds the fewest tokens (the
-        least cache lost); None if none is free. Give it back with release."""
+    def _take(self, slot: int, owner: object) -> None:
+        if self._owners[slot] != owner:
+            self._records[slot].clear()
+            self._owners[slot] = owner
+        self._in_use.add(slot)
+
+    def best_free_slot(self, tokens: Sequence[int], owner: object = None) -> int | None:
+        """The free slot to give a new text: the one of `owner`'s whose cache shares the longest
+        prefix with `tokens`; failing any, an empty one; failing that, the one given back
+        longest ago (least recently used). None when every slot is in use."""
+        with self.lock:
+            free = [s for s in range(self.n_slots) if s not in self._in_use]
+            if not free:
+                return None
+
+            def worth(s: int) -> tuple[int, bool, int]:
+                shared = self.reusable_prefix(s, tokens) if self._owners[s] == owner else 0
+                return shared, not self._records[s], -self._released[s]
+
+            return max(free, key=worth)
+
+    def lend(self, prefer: int | None = None, owner: object = None) -> int | None:
+        """A free slot for one step's branch (see Feed), its record kept if `owner`'s (a branch
+        first takes its parent's): `prefer` if free, else the free slot that holds the fewest
+        tokens (the least cache lost); None if none is free. Give it back with release."""
         with self.lock:
             free = [s for s in range(self.n_slots) if s not in self._in_use]
             if not free:
                 return None
             slot = prefer if prefer in free else min(free, key=lambda s: len(self._records[s]))
-            self._in_use.add(slot)
+            self._take(slot, owner)
             return slot
 
     def release(self, slot: int) -> None:
@@ -185,6 +210,8 @@ class Runner:
             if slot not in self._in_use:
                 raise ValueError(f"slot {slot} is not in use")
             self._in_use.remove(slot)
+            self._releases += 1
+            self._released[slot] = self._releases
 
     def cached_len(self, slot: int) -> int:
         """How many tokens the slot's cache holds (positions 0..cached_len-1)."""

@@ -60,8 +60,8 @@ class Scheduler:
 
     def admit(self, seq: SequenceState, slot: int | None = None) -> None:
         """Gives seq a slot (see Runner.acquire: None for a fresh one) and starts it after the
-        prompt tokens that slot's cache already holds."""
-        slot = self.runner.acquire(slot)
+        prompt tokens that slot's cache already holds (if they are its tenant's)."""
+        slot = self.runner.acquire(slot, seq.tenant)
         reused = self.runner.reusable_prefix(slot, seq.prompt)
         self.runner.trim(slot, self.runner.cached_len(slot) - reused)  # the slot's old text
         seq.place(slot, reused)
@@ -154,7 +154,7 @@ class Scheduler:
         the two feeds would not fit one step."""
         if not seq.wants_branch or not self.runner.branches or self.waiting:
             return None
-        slot = self.runner.lend(seq.branch_slot)
+        slot = self.runner.lend(seq.branch_slot, seq.tenant)
         if slot is None:
             return None
         feed = seq.branch_feed(slot)

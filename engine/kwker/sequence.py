@@ -33,6 +33,8 @@ class SequenceState:
         self.sampler = sampler
         self.spec = spec
         self.slot: int | None = None  # the runner's slot, from admission (see place)
+        # whose text it is: a server's API key (see Runner.acquire); None for a caller's own
+        self.tenant: object = None
         self.prefilled = 0  # prompt tokens whose K/V are in the cache
         self.stats = GenerationStats(prompt_tokens=len(prompt))
         self.stats.meter.earlier = spec.costs.recent_plain(

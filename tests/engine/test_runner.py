@@ -142,6 +142,30 @@ def test_acquire_clears_a_fresh_slot_and_keeps_a_named_one(runner):
     runner.reset()
 
 
+def test_a_slot_serves_only_its_owners_text_and_the_best_free_slot_shares_most(runner):
+    a = runner.acquire(None, "alice")
+    runner.extend_slot(a, 0, [1, 2, 3, 4])
+    runner.release(a)
+    b = runner.acquire(runner.best_free_slot([1, 2, 7], "bob"), "bob")  # not alice's
+    assert b != a
+    runner.extend_slot(b, 0, [1, 2, 7])
+    runner.release(b)
+    # alice's longest shared prefix is her own slot's; bob's too; a newcomer gets the empty slot
+    assert runner.best_free_slot([1, 2, 3, 4, 5], "alice") == a
+    assert runner.best_free_slot([1, 2, 3, 4, 5], "bob") == b
+    empty = runner.best_free_slot([1, 2, 3, 4, 5], "carol")
+    assert empty not in (a, b)
+    runner.extend_slot(runner.acquire(empty, "carol"), 0, [9])  # every slot now holds a text
+    runner.release(empty)
+    assert runner.best_free_slot([5], "dave") == a  # none shares: the least recently used
+    # another owner's slot is cleared when taken: nothing of alice's text serves carol
+    assert runner.acquire(a, "carol") == a and runner.cached_len(a) == 0
+    assert runner.lend(b, "carol") == b and runner.cached_len(b) == 0
+    assert runner.best_free_slot([9, 1], "carol") == empty
+    runner.acquire(empty, "carol")
+    assert runner.best_free_slot([1], "carol") is None  # all in use
+
+
 def test_extend_slot_chunks_and_copies(runner):
     s = runner.acquire()
     rows = runner.extend_slot(s, 0, [1, 2, 3, 4, 5, 6, 7], rows="all")  # at most 3 rows per step

@@ -21,15 +21,23 @@ def create_app(engine: ServingEngine, model_name: str, api_key: str | None = Non
     return make(engine, model_name, api_key, **options)
 
 
-def api_key_from(key_file: str | None, key: str | None) -> str | None:
+def api_key_from(key_file: str | None, key: str | None) -> str | dict[str, str] | None:
     """The key a server requires: from --api-key-file, else KWKER_API_KEY, else --api-key (which
-    every user of the machine can read in `ps`: a warning says so)."""
+    every user of the machine can read in `ps`: a warning says so). A file may hold several keys,
+    one a line, each optionally after a name ("alice KEY"; "#" starts a comment): then the
+    result is {key: name}, and each key is a tenant of its own (see ServingEngine.submit)."""
     if key_file:
         with open(key_file, encoding="utf-8") as f:
-            text = f.read().strip()
-        if not text:
+            lines = [ln.strip() for ln in f.read().splitlines()]
+        entries = [ln.split(None, 1)[::-1] for ln in lines if ln and not ln.startswith("#")]
+        if not entries:
             raise ValueError(f"the API key file {key_file} is empty")
-        return text
+        if len(entries) == 1 and len(entries[0]) == 1:
+            return entries[0][0]
+        keys = {e[0].strip(): e[1] if len(e) > 1 else f"key {i + 1}" for i, e in enumerate(entries)}
+        if len(keys) < len(entries) or len(set(keys.values())) < len(entries):
+            raise ValueError(f"the API key file {key_file} repeats a key or a name")
+        return keys
     if os.environ.get("KWKER_API_KEY"):
         return os.environ["KWKER_API_KEY"]
     if key:
@@ -45,7 +53,7 @@ def run_server(
     model_spec: str | None,
     host: str,
     port: int,
-    api_key: str | None,
+    api_key: str | dict[str, str] | None,
     precision: str | None,
     max_batch: int,
     max_cache_len: int,
@@ -55,10 +63,13 @@ def run_server(
     allowed_hosts: tuple[str, ...] = (),
     max_body: int | None = None,
     max_queue: int = 64,
+    cache_slots: int = 4,
+    shared_lookup: bool = True,
 ) -> None:
     """Loads the model and serves it until interrupted. Bound to loopback, only loopback names
     (and allowed_hosts) may be in the Host header; bound elsewhere, any name unless allowed_hosts
-    lists them."""
+    lists them. cache_slots: KV slots beyond max_batch that keep earlier requests' text for the
+    next ones (a prompt cache in RAM); shared_lookup: see ServingEngine."""
     import uvicorn
 
     from kwker.models.loader import DEFAULT_MODEL, load_decoder
@@ -73,9 +84,13 @@ def run_server(
     hosts = (*LOOPBACK_NAMES, *allowed_hosts) if is_loopback(host) else (allowed_hosts or None)
     decoder = load_decoder(
         model_spec, max_cache_len=max_cache_len, precision=precision, threads=threads,
-        max_batch=max_batch,
+        max_batch=max_batch + cache_slots,
     )  # fmt: skip
-    with ServingEngine(decoder, decoder.tokenizer, max_queue=max_queue) as engine:
+    engine = ServingEngine(
+        decoder, decoder.tokenizer, max_queue=max_queue, max_active=max_batch,
+        shared_lookup=shared_lookup,
+    )  # fmt: skip
+    with engine:
         app = create_app(
             engine, model_spec or DEFAULT_MODEL, api_key, allowed_origins=allowed_origins,
             allowed_hosts=hosts, max_body=max_body or DEFAULT_MAX_BODY,

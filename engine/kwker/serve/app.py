@@ -103,13 +103,14 @@ def _finish(reason: str | None) -> str:
 def create_app(
     engine: ServingEngine,
     model_name: str,
-    api_key: str | None = None,
+    api_key: str | dict[str, str] | None = None,
     *,
     allowed_origins: tuple[str, ...] = (),
     allowed_hosts: tuple[str, ...] | None = LOOPBACK_NAMES,
     max_body: int = DEFAULT_MAX_BODY,
 ):
-    """allowed_hosts: the Host names served (None: any; give None only when bound beyond
+    """api_key: one key, or {key: tenant name}: each key's prompt cache and lookup corpus are
+    its own. allowed_hosts: the Host names served (None: any; give None only when bound beyond
     loopback, where DNS rebinding does not reach). See kwker.serve.security."""
     tokenizer = engine.tokenizer
     context = engine.decoder.max_cache_len
@@ -206,7 +207,7 @@ def create_app(
             return tokenizer(prompt)["input_ids"]
         return prompt
 
-    def submit(body, ids: list[int], pending: Pending, param: str) -> Request:
+    def submit(body, ids: list[int], pending: Pending, param: str, tenant) -> Request:
         room = context - len(ids)
         if room < 1:
             raise ApiError(
@@ -227,19 +228,21 @@ def create_app(
             )
         try:
             return engine.submit(
-                ids, limit or room, sink=pending.sink, logprobs=body.logprobs_k, **_sampling(body)
-            )
+                ids, limit or room, sink=pending.sink, tenant=tenant, logprobs=body.logprobs_k,
+                **_sampling(body),
+            )  # fmt: skip
         except QueueFull as e:
             raise ApiError(429, str(e), "rate_limit_error", "rate_limit_exceeded") from None
         except (ValueError, TypeError) as e:
             raise ApiError(400, str(e)) from None
 
-    def prepare(schema, raw: bytes, pending: Pending):
+    def prepare(schema, raw: bytes, pending: Pending, tenant):
         """On a worker thread: parse, validate, tokenize, submit."""
         body = validate(schema, raw)
         chat = schema is ChatRequest
         ids = chat_ids(body) if chat else prompt_ids(body)
-        return body, len(ids), submit(body, ids, pending, "messages" if chat else "prompt")
+        param = "messages" if chat else "prompt"
+        return body, len(ids), submit(body, ids, pending, param, tenant)
 
     # --------------------------------------------------------------------------- response side
     def logprobs_of(chunk, chat: bool):
@@ -383,7 +386,8 @@ def create_app(
     async def generate(request: HttpRequest, schema):
         raw = await request.body()
         pending = Pending(asyncio.get_running_loop())
-        body, prompt_len, req = await run_in_threadpool(prepare, schema, raw, pending)
+        tenant = request.scope.get("kwker.tenant")  # the key's name (kwker.serve.security)
+        body, prompt_len, req = await run_in_threadpool(prepare, schema, raw, pending, tenant)
         chat = schema is ChatRequest
         answer = stream if body.stream else collect
         return await answer(request, req, pending, body, prompt_len, chat)

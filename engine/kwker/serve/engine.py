@@ -87,15 +87,25 @@ class ServingEngine:
         max_queue: int = 64,
         prefill_chunk: int = DEFAULT_PREFILL_CHUNK,
         observer: ServingObserver | None = None,
+        max_active: int | None = None,
+        shared_lookup: bool = True,
     ):
+        """max_active: requests decoded at once (default: one per decoder slot). A decoder with
+        more slots keeps the rest as a prompt cache: a request takes the free slot whose cache
+        shares the longest prefix with its prompt, of its own tenant (see submit).
+        shared_lookup: whether prompt lookup also copies from the tenant's earlier requests
+        (False: from the request's own text only)."""
         self.decoder = decoder
         self.tokenizer = tokenizer
         self.max_queue = max_queue
         self.prefill_chunk = prefill_chunk
         self.observer = observer or ServingObserver()
-        # every ended request's text (prompt and answer): prompt lookup copies from earlier requests
-        # too (SuffixDecoding); read and written on the engine's thread only
-        self.corpus = SuffixCache()
+        self.max_active = min(max_active or decoder.runner.n_slots, decoder.runner.n_slots)
+        # per tenant, every ended request's text (prompt and answer): prompt lookup copies from
+        # the tenant's earlier requests too (SuffixDecoding), never from another's; read and
+        # written on the engine's thread only
+        self.shared_lookup = shared_lookup
+        self.corpora: dict[object, SuffixCache] = {}
         # what speculation measured (step costs, the draft's), shared by the requests as the solo
         # generations of a decoder share theirs: each request would otherwise learn them again
         self.costs = StepCosts()
@@ -136,18 +146,30 @@ class ServingEngine:
             self._thread.join()
             self._thread = None
 
-    def submit(self, prompt, max_new_tokens: int = 128, sink=None, **options) -> Request:
+    @property
+    def corpus(self) -> SuffixCache:
+        """The corpus of requests without a tenant."""
+        return self._corpus(None)
+
+    def _corpus(self, tenant) -> SuffixCache:
+        return self.corpora.setdefault(tenant, SuffixCache())
+
+    def submit(
+        self, prompt, max_new_tokens: int = 128, sink=None, tenant=None, **options
+    ) -> Request:
         """Queues a request (token ids) and returns its handle; bad options raise here, in the
-        caller's thread. sink: see Request."""
+        caller's thread. sink: see Request. tenant: whose request it is (a server's API key):
+        its prompt cache and lookup corpus are its tenant's alone."""
         ids = self.decoder.token_ids(prompt)
         seq = self.decoder.new_sequence(
             ids,
             max_new_tokens,
             tokenizer=self.tokenizer,
-            corpus=self.corpus,
+            corpus=self._corpus(tenant) if self.shared_lookup else None,
             costs=self.costs,
             **options,
         )
+        seq.tenant = tenant
         req = Request(seq, sink)
         with self._wake:
             if len(self._waiting) >= self.max_queue:
@@ -194,14 +216,19 @@ class ServingEngine:
             with self._wake:
                 if self._stop:
                     return
-                while self._waiting and (scheduler.has_room or not scheduler.active):
+                while (
+                    self._waiting
+                    and len(scheduler.active) < self.max_active
+                    and (scheduler.has_room or not scheduler.active)
+                ):
                     req = self._waiting.popleft()
                     if req.cancelled:  # gone before it started
                         req.seq.cancel()
                         self._end(req)
                         continue
+                    slot = self.decoder.runner.best_free_slot(req.seq.prompt, req.seq.tenant)
                     try:
-                        scheduler.admit(req.seq)
+                        scheduler.admit(req.seq, slot)
                     except RuntimeError as e:  # no slot at all: they are held elsewhere
                         self._end(req, e)
                         continue
@@ -228,8 +255,8 @@ class ServingEngine:
         """Ends a request's stream (after the error, if any)."""
         req.finish_reason = req.seq.finish_reason
         req.error = error
-        if error is None and req.seq.new_tokens:  # the verified text of a finished or cancelled one
-            self.corpus.add(req.seq.tokens)
+        if error is None and req.seq.new_tokens and self.shared_lookup:
+            self._corpus(req.seq.tenant).add(req.seq.tokens)  # its verified text
         if error is not None:
             req._put(error)
         req._put(END)

@@ -52,16 +52,19 @@ class Guard:
     def __init__(
         self,
         app,
-        api_key: str | None = None,
+        api_key: str | dict[str, str] | None = None,
         allowed_origins: Iterable[str] = (),
         allowed_hosts: Iterable[str] | None = None,
         max_body: int = DEFAULT_MAX_BODY,
         on_response: Callable[[str, int], None] | None = None,
     ):
-        """allowed_hosts: None checks no Host (bound beyond loopback); else the names allowed.
+        """api_key: the key every request must bring, or {key: tenant name} for several keys (a
+        request's tenant goes to the app as scope["kwker.tenant"]); None: no key.
+        allowed_hosts: None checks no Host (bound beyond loopback); else the names allowed.
         on_response(path, status) is called for every response."""
         self.app = app
-        self.api_key = api_key.encode() if api_key else None
+        keys = {api_key: "default"} if isinstance(api_key, str) else (api_key or {})
+        self.keys = [(k.encode(), name) for k, name in keys.items()]
         self.origins = {o.rstrip("/").lower() for o in allowed_origins}
         self.hosts = None if allowed_hosts is None else {h.lower() for h in allowed_hosts}
         self.max_body = max_body
@@ -101,7 +104,8 @@ class Guard:
         if scope["method"] == "OPTIONS" and cors:  # an allowed origin's preflight: no key on it
             await self._send(send, path, 204, b"", self._cors_headers(origin, True, preflight=True))
             return
-        if self.api_key is not None and not self._key_ok(headers.get("authorization", "")):
+        tenant = self._tenant(headers.get("authorization", ""))
+        if self.keys and tenant is None:
             await reply(
                 401,
                 "missing or wrong API key: send it as 'Authorization: Bearer KEY'",
@@ -131,6 +135,7 @@ class Guard:
                 )
                 return
             receive = _replay(body, receive)
+        scope = {**scope, "kwker.tenant": tenant}
 
         async def send_and_count(message):
             if message["type"] == "http.response.start":
@@ -144,12 +149,16 @@ class Guard:
 
         await self.app(scope, receive, send_and_count)
 
-    def _key_ok(self, authorization: str) -> bool:
+    def _tenant(self, authorization: str) -> str | None:
+        """The name of the key the request brings, None for none or a wrong one."""
         scheme, _, key = authorization.partition(" ")
-        # compare_digest takes as long for every wrong key of a length: no timing oracle
-        return scheme.lower() == "bearer" and hmac.compare_digest(
-            key.strip().encode(), self.api_key
-        )
+        given, found = key.strip().encode(), None
+        # compare_digest takes as long for every wrong key of a length, and every key is tried:
+        # no timing oracle
+        for k, name in self.keys:
+            if hmac.compare_digest(given, k) and scheme.lower() == "bearer":
+                found = name
+        return found
 
     async def _read_body(self, receive, headers) -> bytes | None:
         """The whole body, or None as soon as it passes max_body."""
