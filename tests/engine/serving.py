@@ -20,13 +20,19 @@ def free_port() -> int:
 
 
 @contextmanager
-def running(app):
-    """Serves the ASGI app on a free loopback port; yields its base URL (no /v1)."""
+def running(app, **config):
+    """Serves the ASGI app on a free loopback port, as `kwker serve` does (its connection guard;
+    `config`: more of uvicorn.Config's); yields its base URL (no /v1)."""
     import uvicorn
 
+    from kwker.serve.connections import guarded_protocol
+
     port = free_port()
+    config = {"http": guarded_protocol(), **config}
     server = uvicorn.Server(
-        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off")
+        uvicorn.Config(
+            app, host="127.0.0.1", port=port, log_level="warning", lifespan="off", **config
+        )
     )
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()

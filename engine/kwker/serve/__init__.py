@@ -73,6 +73,7 @@ def run_server(
     import uvicorn
 
     from kwker.models.loader import DEFAULT_MODEL, load_decoder
+    from kwker.serve.connections import guarded_protocol
     from kwker.serve.security import DEFAULT_MAX_BODY, LOOPBACK_NAMES, is_loopback
 
     if not api_key and not is_loopback(host):
@@ -95,4 +96,5 @@ def run_server(
             engine, model_spec or DEFAULT_MODEL, api_key, allowed_origins=allowed_origins,
             allowed_hosts=hosts, max_body=max_body or DEFAULT_MAX_BODY,
         )  # fmt: skip
-        uvicorn.run(app, host=host, port=port, log_level="info")
+        # a deadline for each request's head and a cap on connections (no slowloris)
+        uvicorn.run(app, host=host, port=port, log_level="info", http=guarded_protocol())

@@ -6,22 +6,26 @@ passes, the unknown routes too, in this order:
    could read the replies.
 2. Origin: a request from a web page carries an Origin; it is served only if the origin is on the
    allow-list (empty by default), which also answers the allowed origins' CORS preflights.
-3. The API key, when one is set: "Authorization: Bearer KEY", compared in constant time.
+3. The API key, when one is set: "Authorization: Bearer KEY", compared in constant time with
+   every key of the server's (each key a tenant: see kwker.serve.engine).
 4. Bodies: a POST must be application/json (a web page can send text/plain without a preflight)
    and at most max_body bytes (413), counted as it arrives, so a body without a Content-Length
-   is cut off too.
+   is cut off too; the whole body must arrive within BODY_TIMEOUT_S (408). The request's head
+   has its deadline in kwker.serve.connections.
 
 Each refusal is an OpenAI-shaped error. The middleware also reports every response's status to
 the metrics."""
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import ipaddress
 import json
 from collections.abc import Callable, Iterable
 
 DEFAULT_MAX_BODY = 4 * 1024 * 1024  # bytes: a long conversation is a few hundred KB
+BODY_TIMEOUT_S = 30.0  # a whole body's deadline: a slow sender holds no connection for good
 LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
 
 
@@ -124,7 +128,18 @@ class Guard:
                     "unsupported_media_type",
                 )
                 return
-            body = await self._read_body(receive, headers)
+            try:
+                async with asyncio.timeout(BODY_TIMEOUT_S):
+                    body = await self._read_body(receive, headers)
+            except TimeoutError:
+                await reply(
+                    408,
+                    f"the request body did not arrive within {BODY_TIMEOUT_S:.0f} s",
+                    "invalid_request_error",
+                    "request_timeout",
+                    extra=[(b"connection", b"close")],
+                )
+                return
             if body is None:
                 await reply(
                     413,
