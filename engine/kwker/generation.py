@@ -230,10 +230,15 @@ class StepDecoder:
         logprobs: int | None = None,
         corpus: SuffixCache | None = None,
         tree: bool = False,
+        json_schema: dict | str | None = None,
+        json_object: bool = False,
+        grammar: str | None = None,
     ) -> SequenceState:
         """A validated sequence to generate (raises ValueError/TypeError on bad options). costs:
         what earlier sequences measured, shared with this one's speculation (see StepCosts);
-        corpus: earlier texts that prompt lookup also copies from (a server's requests)."""
+        corpus: earlier texts that prompt lookup also copies from (a server's requests).
+        json_schema / json_object / grammar (Lark): the answer follows it, token by token (see
+        kwker.constrained; a ConstraintError, a ValueError, names what cannot be compiled)."""
         if (
             not isinstance(max_new_tokens, int)
             or isinstance(max_new_tokens, bool)
@@ -274,7 +279,16 @@ class StepDecoder:
             costs=costs,
             tree=bool(tree),
         )
-        return SequenceState(prompt, max_new_tokens, sampler, spec, tokenizer, logprobs)
+        constraint = None
+        if json_schema is not None or json_object or grammar is not None:
+            from kwker.constrained import Constraint, grammar_of
+
+            tok = tokenizer if tokenizer is not None else self.tokenizer
+            if tok is None:
+                raise ValueError("a constrained answer needs the model's tokenizer")
+            rules = grammar_of(json_schema, json_object, grammar)
+            constraint = Constraint(rules, tok, self.vocab_size, params.eos_token_ids)
+        return SequenceState(prompt, max_new_tokens, sampler, spec, tokenizer, logprobs, constraint)
 
     def check_draft(self, draft: StepDecoder) -> None:
         """A draft must speak the target's tokenizer: the same vocabulary size and special tokens

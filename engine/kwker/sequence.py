@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import time
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -15,6 +16,9 @@ from kwker.runner import Feed, Rows
 from kwker.sampling import CLOSE, Sampler
 from kwker.speculative import Speculator, accept
 from kwker.streaming import GenerationChunk, GenerationStats, StreamingDetokenizer
+
+if TYPE_CHECKING:
+    from kwker.constrained import Constraint
 
 
 class SequenceState:
@@ -26,7 +30,9 @@ class SequenceState:
         spec: Speculator,
         tokenizer=None,
         logprobs: int | None = None,
+        constraint: Constraint | None = None,
     ):
+        """constraint: a grammar every new token follows (see kwker.constrained)."""
         self.prompt = prompt
         self.tokens = list(prompt)  # prompt + emitted tokens
         self.max_new_tokens = max_new_tokens
@@ -43,8 +49,9 @@ class SequenceState:
         spec.meter = self.stats.meter  # it asks for a plain step now and then (kwker.speedup)
         self.detok = StreamingDetokenizer(tokenizer) if tokenizer is not None else None
         self.eos = set(sampler.params.eos_token_ids)
-        # greedy without processors: the native argmax is the answer
-        self.fast = not sampler.needs_logits
+        self.constraint = constraint
+        # greedy without processors or a grammar: the native argmax is the answer
+        self.fast = not sampler.needs_logits and constraint is None
         self.logprobs = logprobs  # None, or how many alternatives each chunk reports
         self.wants_logits = not self.fast or logprobs is not None
         self.finish_reason: str | None = None
@@ -93,12 +100,17 @@ class SequenceState:
                 "last" if end == len(self.prompt) else "none",
             )
         self._planned_at = time.perf_counter()
-        draft_s = self.spec.draft_s
-        self._source, self._cands = self.spec.propose(
-            self.tokens, self.max_new_tokens - self.stats.new_tokens - 1
-        )
-        self._branch = self.spec.branch
-        self._draft_s = self.spec.draft_s - draft_s
+        room = self.max_new_tokens - self.stats.new_tokens - 1
+        forced = self.constraint.forced() if self.constraint is not None else []
+        if forced and room > 0:  # the grammar's own proposal: no lookup, no draft this step
+            most = self.spec.limit["lookup"] * self.spec.LONG_LOOKUP  # a width steps can take
+            self._source, self._cands = "grammar", forced[: min(room, most)]
+            self._branch, self._draft_s = None, 0.0
+        else:
+            draft_s = self.spec.draft_s
+            self._source, self._cands = self.spec.propose(self.tokens, room)
+            self._branch = self.spec.branch
+            self._draft_s = self.spec.draft_s - draft_s
         return (
             [self.tokens[-1]] + self._cands,
             len(self.tokens) - 1,
@@ -121,8 +133,14 @@ class SequenceState:
         """The token for `row`, after the tokens so far and `new` (this step's picks before it)."""
         if self.fast:
             return argmax[row]
+        scores = logits[row]
+        if self.constraint is not None:  # the mask before the sampler (see kwker.constrained)
+            scores = self.constraint.masked(scores)
         u = self.sampler.draw() if self.sampler.params.do_sample else None
-        return self.sampler.choose(logits[row], self.tokens + new, u)
+        token = self.sampler.choose(scores, self.tokens + new, u)
+        if self.constraint is not None:
+            self.constraint.consume(token)
+        return token
 
     def absorb(
         self, n_fed: int, argmax: list[int], logits, seconds: float, branch: Rows | None = None
@@ -154,7 +172,9 @@ class SequenceState:
         fed = n_fed + branched
         self.stats.branches += branch is not None
         self.stats.branches_taken += self.took_branch is not None
-        self.spec.feedback(self._source, len(cands), accepted, fed, seconds, new)
+        # the grammar's proposals teach speculation nothing of the text's (its timing, though)
+        source = None if self._source == "grammar" else self._source
+        self.spec.feedback(source, len(cands), accepted, fed, seconds, new)
         self.stats.steps += 1
         self.stats.draft_s += self._draft_s
         chunks = self._emit(new, kept, self._logprobs(rows, new))
