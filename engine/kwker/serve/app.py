@@ -28,6 +28,7 @@ from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 
+from kwker.constrained import ConstraintError
 from kwker.sampling import SeededGenerator
 from kwker.serve.engine import END, QueueFull, Request, ServingEngine
 from kwker.serve.metrics import CONTENT_TYPE, Metrics
@@ -233,6 +234,9 @@ def create_app(
             )  # fmt: skip
         except QueueFull as e:
             raise ApiError(429, str(e), "rate_limit_error", "rate_limit_exceeded") from None
+        except ConstraintError as e:
+            name = "grammar" if body.grammar is not None else "response_format"
+            raise ApiError(400, str(e), param=name) from None
         except (ValueError, TypeError) as e:
             raise ApiError(400, str(e)) from None
 
@@ -561,7 +565,10 @@ def _sampling(body) -> dict:
         "presence_penalty": body.presence_penalty or None,
         "frequency_penalty": body.frequency_penalty or None,
         "repetition_penalty": body.repetition_penalty,
+        **body.constraint,
     }
+    if body.lookup is not None:
+        opts["lookup"] = body.lookup
     if temperature == 0:
         return opts | {"do_sample": False}
     seed = body.seed if body.seed is not None else int.from_bytes(uuid.uuid4().bytes[:8], "little")

@@ -4,7 +4,9 @@ fields refused, as OpenAI refuses them ("Unrecognized request argument"). A para
 cannot honour is refused with a 400 naming it, never ignored.
 
 Beyond OpenAI's fields, the sampling extras vLLM and llama.cpp's server take: top_k, min_p,
-repetition_penalty."""
+repetition_penalty; and Kwker's: lookup (0 turns prompt lookup off; else its longest proposal)
+and grammar (a Lark grammar the answer follows). response_format (json_object, json_schema)
+works on both endpoints, as vLLM has it."""
 
 from __future__ import annotations
 
@@ -59,6 +61,9 @@ class Sampling(BaseModel):
     repetition_penalty: Annotated[float, Field(strict=True, allow_inf_nan=False, gt=0)] | None = (
         None
     )
+    lookup: Annotated[int, Field(strict=True, ge=0, le=64)] | None = None
+    grammar: Text | None = None  # Lark
+    response_format: dict | None = None
 
     @model_validator(mode="after")
     def _check(self):
@@ -73,7 +78,32 @@ class Sampling(BaseModel):
             raise Unsupported("stop", f"stop takes at most {MAX_STOP} sequences, got {len(stops)}")
         if any(not s for s in stops):
             raise Unsupported("stop", "a stop sequence must not be empty")
+        self.constraint  # noqa: B018  (checks response_format and grammar)
         return self
+
+    @property
+    def constraint(self) -> dict:
+        """The engine's options for the answer's grammar (see kwker.constrained), {} for none."""
+        fmt = self.response_format or {"type": "text"}
+        kind = fmt.get("type")
+        if kind not in ("text", "json_object", "json_schema"):
+            raise Unsupported(
+                "response_format", "response_format's type is text, json_object or json_schema"
+            )
+        if kind != "text" and self.grammar is not None:
+            raise Unsupported("grammar", "give a grammar or a response_format, not both")
+        if kind == "json_object":
+            return {"json_object": True}
+        if kind == "json_schema":
+            spec = fmt.get("json_schema")
+            if not isinstance(spec, dict) or not isinstance(spec.get("schema"), dict):
+                raise Unsupported(
+                    "response_format",
+                    "response_format json_schema takes {'json_schema': {'name': ..., 'schema': "
+                    "{...}}}",
+                )
+            return {"json_schema": spec["schema"]}
+        return {"grammar": self.grammar} if self.grammar is not None else {}
 
     @property
     def stop_sequences(self) -> list[str]:
@@ -118,7 +148,6 @@ class ChatRequest(Sampling):
     tool_choice: object | None = None
     functions: list | None = None
     function_call: object | None = None
-    response_format: dict | None = None
     parallel_tool_calls: Flag | None = None
 
     @model_validator(mode="after")
@@ -126,10 +155,6 @@ class ChatRequest(Sampling):
         for name in ("tools", "tool_choice", "functions", "function_call"):
             if getattr(self, name):
                 raise Unsupported(name, f"{name} is not supported by this server (no tool calls)")
-        if self.response_format and self.response_format.get("type") != "text":
-            raise Unsupported(
-                "response_format", "only response_format {'type': 'text'} is supported"
-            )
         if self.top_logprobs is not None and not self.logprobs:
             raise Unsupported("top_logprobs", "top_logprobs needs logprobs: true")
         return self
