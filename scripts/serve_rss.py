@@ -1,7 +1,7 @@
 """The memory of a fresh `kwker serve` process (SmolLM2-135M, the default model): RSS and peak RSS
 after loading, then after a burst of 32 concurrent 64-token chat requests.
 
-    python scripts/serve_rss.py [--max-batch 8]
+    python scripts/serve_rss.py [--max-batch 8] [--cache-slots 4]
 """
 
 import argparse
@@ -18,12 +18,14 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--max-batch", type=int, default=8)
     parser.add_argument("--requests", type=int, default=32)
+    parser.add_argument("--cache-slots", type=int, default=4)
     args = parser.parse_args()
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     cmd = [sys.executable, "-m", "kwker.cli", "serve", "--port", str(port)]
-    server = subprocess.Popen(cmd + ["--max-batch", str(args.max_batch)], stderr=subprocess.DEVNULL)
+    cmd += ["--max-batch", str(args.max_batch), "--cache-slots", str(args.cache_slots)]
+    server = subprocess.Popen(cmd, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
 
     def rss() -> tuple[float, float]:

@@ -1,6 +1,6 @@
 """Time to first token per turn of a growing conversation through `kwker serve`, with its prompt
 cache and without (every slot's cache cleared before each turn, as admission did before the
-cache). Each turn adds a user message of about 200 tokens; answers are greedy, 48 tokens.
+cache). Each turn adds a user message of about 250 tokens; answers are greedy, 48 tokens.
 
     python scripts/serve_ttft.py [MODEL] [--turns 6] [--precision int4]
 """
@@ -26,6 +26,9 @@ PARAGRAPH = (
     "year. Several members asked whether the maintenance contract could be renegotiated, and "
     "the treasurer promised figures by the end of the month. The discussion then turned to the "
     "hiring plan, the summer school and the open house, which drew more visitors than expected. "
+    "Two students presented their projects, one on soil moisture sensors and one on a small "
+    "language model for the library's catalogue, and the board asked both to report again in "
+    "the spring. The minutes close with a list of open questions about parking and the cafe. "
     "Please summarise what changed since the previous part, in two sentences."
 )
 
