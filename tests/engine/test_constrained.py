@@ -112,8 +112,9 @@ def test_every_answer_validates_and_speculation_changes_no_token(dec, tokenizer,
         assert answer(dec, seed, json_schema=schema) == plain  # with prompt lookup
 
 
-def test_a_batch_of_8_and_a_draft_give_each_answer_its_own_text(model, dec, tokenizer):
-    schema = SCHEMAS[7]
+@pytest.mark.parametrize("index", range(len(SCHEMAS)))
+def test_a_batch_of_8_gives_each_answer_its_own_text(dec, tokenizer, index):
+    schema = SCHEMAS[index]
     seeds = list(range(20, 28))
     alone = [answer(dec, seed, json_schema=schema, lookup=0) for seed in seeds]
     batch = dec.generate_batch(
@@ -121,8 +122,14 @@ def test_a_batch_of_8_and_a_draft_give_each_answer_its_own_text(model, dec, toke
         generator=[SeededGenerator(s) for s in seeds], tokenizer=tokenizer,
     )  # fmt: skip
     assert [list(b[len(PROMPT) :]) for b in batch] == alone
+
+
+def test_a_draft_changes_no_token(model, dec, tokenizer):
     draft = KwkDecoder(model, max_cache_len=512, tokenizer=tokenizer)
-    assert answer(dec, 20, json_schema=schema, draft=draft) == alone[0]
+    for schema in SCHEMAS[:10]:
+        for seed in (None, 20):
+            plain = answer(dec, seed, json_schema=schema, lookup=0)
+            assert answer(dec, seed, json_schema=schema, draft=draft) == plain
 
 
 def test_forced_tokens_are_proposed_and_accepted(dec, tokenizer):
