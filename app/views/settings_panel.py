@@ -236,11 +236,6 @@ class SettingsPanel(QWidget):
         button = self.precision.checkedButton()
         return button.property("precision") if button is not None else DEFAULTS["precision"]
 
-    def set_precision(self, name: str) -> None:
-        for button in self.precision.buttons():
-            if button.property("precision") == name:
-                button.setChecked(True)
-
     def values(self) -> dict:
         return {
             "model": self.model.text().strip() or DEFAULTS["model"],

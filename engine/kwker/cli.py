@@ -69,10 +69,12 @@ def cmd_generate(args) -> int:
 
 
 def _api_key(path: str | None) -> str | None:
-    """The key from --api-key-file (its first line), else KWKER_API_KEY, else none."""
+    """The key from --api-key-file (its first key, read as the server reads it), else
+    KWKER_API_KEY, else none."""
     if path:
-        with open(path, encoding="utf-8") as f:
-            return f.readline().strip() or None
+        from kwker.serve import read_key_file
+
+        return next(iter(read_key_file(path)))
     return os.environ.get("KWKER_API_KEY") or None
 
 

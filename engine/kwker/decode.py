@@ -14,10 +14,6 @@ kwker.compiled.Decoder.
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
-import os
-
 import torch
 
 from kwker.compiled import Decoder
@@ -28,15 +24,6 @@ from kwker.loading.build import KV_CACHE_TYPES, build_step, default_threads  # n
 from kwker.loading.sources import TorchSource, torch_storage_type
 from kwker.precision import checked
 from kwker.runner import DEFAULT_STEP_TOKENS
-
-
-def trim_memory() -> None:
-    """Returns the C heap's free pages to the system (glibc's malloc_trim; elsewhere nothing). Call it once the
-    float model has been let go: the blocks it freed sit in the middle of the heap and would otherwise stay
-    resident (perf-notes #4)."""
-    libc = ctypes.CDLL(ctypes.util.find_library("c")) if os.name == "posix" else None
-    if libc is not None and hasattr(libc, "malloc_trim"):
-        libc.malloc_trim(0)
 
 
 def runner_unsupported(model, max_cache_len: int) -> str | None:

@@ -394,6 +394,11 @@ class Runner:
         return tuple(got) if alternatives else out
 
     @property
+    def has_head_subset(self) -> bool:
+        """Whether the step can run proposals over a subset of the vocabulary's rows."""
+        return hasattr(self._step, "set_head_subset")
+
+    @property
     def head_subset_size(self) -> int:
         """Rows of the head subset proposals can use (0: none set, or a step without one)."""
         return getattr(self._step, "head_subset_size", 0)

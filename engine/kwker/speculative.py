@@ -258,11 +258,7 @@ class DraftProposer:
         (perf-notes #24). A text's tokens join it later for the cost of their rows (_cover)."""
         runner = self.draft.runner
         vocab = self.draft.vocab_size
-        if (
-            not self.HEAD_SUBSET
-            or vocab <= 2 * self.HEAD_SUBSET
-            or not hasattr(runner._step, "set_head_subset")
-        ):
+        if not self.HEAD_SUBSET or vocab <= 2 * self.HEAD_SUBSET or not runner.has_head_subset:
             return
         self._in_subset = np.zeros(vocab, bool)
         self._in_subset[: self.HEAD_SUBSET] = True
@@ -594,7 +590,6 @@ class Speculator:
         # an earlier sequence measured the 1-token step: no plain warm-up
         self._inherited = self.costs.step1_s > 0
         self.draft_s = 0.0
-        self.trace: list[dict] | None = None  # a list to record each decision in (diagnostics)
         self.meter = None  # the sequence's SpeedupMeter, which may ask for a plain step
         # lookup's continuation where it was found and not proposed: checked against the step's
         # tokens (feedback), so lookup's records keep learning while it sits out
@@ -752,10 +747,6 @@ class Speculator:
             return True
         return self._probe_spent + cost <= self.PROBE_SHARE * (self._elapsed + cost)
 
-    def _note(self, **what) -> None:
-        if self.trace is not None:
-            self.trace.append(dict(step=self._steps, **what))
-
     def _reference_due(self) -> bool:
         """Whether this step should be plain for the speedup's reference (kwker.speedup)."""
         return self.meter is not None and self.meter.wants_plain()
@@ -768,7 +759,6 @@ class Speculator:
         if room <= 0:
             return None, []
         if self._reference_due():
-            self._note(source=None, why="reference")
             return None, []  # a reference step
         warm = self._plain_steps >= self.PLAIN_WARMUP or self._inherited
         found: list[int] = []  # lookup's proposal, if it pays
@@ -808,16 +798,6 @@ class Speculator:
                 probe = self._probe_k(room)
                 if self._probe_due(tokens, probe):
                     k, chosen, self._probing = probe, True, True
-            if self.trace is not None:
-                self._note(
-                    draft_k=k,
-                    chosen=bool(chosen),
-                    probing=self._probing,
-                    accept=dict(self.accept),
-                    draft_calls=dict(self._draft_calls),
-                    relative=dict(self.costs.relative),
-                    found=len(found),
-                )
             if chosen:
                 if found:  # lookup keeps learning whether it would have been right
                     self._shadow = cont

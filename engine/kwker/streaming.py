@@ -38,11 +38,6 @@ class GenerationStats:
         return (self.new_tokens - 1) / self.decode_s if self.decode_s > 0 else 0.0
 
     @property
-    def prefill_tokens_per_s(self) -> float:
-        n = self.prompt_tokens - self.reused_prompt_tokens
-        return n / self.prefill_s if self.prefill_s > 0 else 0.0
-
-    @property
     def tokens_per_step(self) -> float:
         return (self.new_tokens - 1) / self.steps if self.steps else 0.0
 

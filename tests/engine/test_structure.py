@@ -73,7 +73,9 @@ def test_a_cycle_is_found():
 
 
 def test_only_the_runner_touches_slot_records_and_runs_the_step():
-    private = re.compile(r"\._cached\b|\._run\(")
+    # the runner's records and its native step (runner._step, reached from outside: the step's
+    # methods go through the runner's API)
+    private = re.compile(r"\._cached\b|\._run\(|runner\._step\b")
     offenders = []
     for folder in (ROOT / "engine", ROOT / "app"):
         for path in folder.rglob("*.py"):

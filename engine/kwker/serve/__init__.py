@@ -27,17 +27,10 @@ def api_key_from(key_file: str | None, key: str | None) -> str | dict[str, str] 
     one a line, each optionally after a name ("alice KEY"; "#" starts a comment): then the
     result is {key: name}, and each key is a tenant of its own (see ServingEngine.submit)."""
     if key_file:
-        with open(key_file, encoding="utf-8") as f:
-            lines = [ln.strip() for ln in f.read().splitlines()]
-        entries = [ln.split(None, 1)[::-1] for ln in lines if ln and not ln.startswith("#")]
-        if not entries:
-            raise ValueError(f"the API key file {key_file} is empty")
-        if len(entries) == 1 and len(entries[0]) == 1:
-            return entries[0][0]
-        keys = {e[0].strip(): e[1] if len(e) > 1 else f"key {i + 1}" for i, e in enumerate(entries)}
-        if len(keys) < len(entries) or len(set(keys.values())) < len(entries):
-            raise ValueError(f"the API key file {key_file} repeats a key or a name")
-        return keys
+        keys = read_key_file(key_file)
+        if len(keys) == 1 and next(iter(keys.values())) == "":
+            return next(iter(keys))  # one key without a name
+        return {key: name or f"key {i + 1}" for i, (key, name) in enumerate(keys.items())}
     if os.environ.get("KWKER_API_KEY"):
         return os.environ["KWKER_API_KEY"]
     if key:
@@ -47,6 +40,22 @@ def api_key_from(key_file: str | None, key: str | None) -> str | dict[str, str] 
             file=sys.stderr,
         )
     return key
+
+
+def read_key_file(path: str) -> dict[str, str]:
+    """{key: name ("" for none)} of an API key file: one key a line, optionally after a name
+    ("alice KEY"); blank lines and lines starting with "#" are skipped. The server takes every
+    key (api_key_from), a client the first (kwker generate --server)."""
+    with open(path, encoding="utf-8") as f:
+        lines = [ln.strip() for ln in f.read().splitlines()]
+    entries = [ln.split(None, 1)[::-1] for ln in lines if ln and not ln.startswith("#")]
+    if not entries:
+        raise ValueError(f"the API key file {path} is empty")
+    keys = {e[0].strip(): e[1].strip() if len(e) > 1 else "" for e in entries}
+    names = [n for n in keys.values() if n]
+    if len(keys) < len(entries) or len(set(names)) < len(names):
+        raise ValueError(f"the API key file {path} repeats a key or a name")
+    return keys
 
 
 def run_server(
