@@ -68,14 +68,15 @@ def grammar_of(json_schema=None, json_object: bool = False, lark: str | None = N
 class Constraint:
     """One answer's grammar state over a vocabulary of `vocab` logits."""
 
-    def __init__(self, grammar: str, tokenizer, vocab: int, eos_ids):
+    def __init__(self, grammar: str, tokenizer, vocab: int, eos_ids, what: str = "grammar"):
+        """what: what the user gave, for the error ("grammar", "JSON schema")."""
         llg = _llg()
         message = llg.LLMatcher.validate_grammar(grammar, _ll_tokenizer(tokenizer, vocab))
         if message:
-            raise ConstraintError(f"the grammar cannot be used: {message}")
+            raise ConstraintError(f"the {what} cannot be used: {message}")
         self.matcher = llg.LLMatcher(_ll_tokenizer(tokenizer, vocab), grammar, log_level=0)
         if self.matcher.is_error():
-            raise ConstraintError(f"the grammar cannot be used: {self.matcher.get_error()}")
+            raise ConstraintError(f"the {what} cannot be used: {self.matcher.get_error()}")
         self.vocab = vocab
         self.eos = np.asarray(sorted(eos_ids), dtype=np.int64)
 

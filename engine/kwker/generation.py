@@ -287,7 +287,8 @@ class StepDecoder:
             if tok is None:
                 raise ValueError("a constrained answer needs the model's tokenizer")
             rules = grammar_of(json_schema, json_object, grammar)
-            constraint = Constraint(rules, tok, self.vocab_size, params.eos_token_ids)
+            what = "grammar" if grammar is not None else "JSON schema"
+            constraint = Constraint(rules, tok, self.vocab_size, params.eos_token_ids, what)
         return SequenceState(prompt, max_new_tokens, sampler, spec, tokenizer, logprobs, constraint)
 
     def check_draft(self, draft: StepDecoder) -> None:

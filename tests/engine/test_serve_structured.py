@@ -75,6 +75,7 @@ def test_a_lark_grammar_and_the_chat_endpoint(url):
 def test_a_schema_or_grammar_that_cannot_be_used_gets_a_400_naming_it(url):
     r = complete(url, 1, response_format=schema_format({"type": "nonsense"}))
     assert r.status_code == 400 and r.json()["error"]["param"] == "response_format"
+    assert r.json()["error"]["message"].startswith("the JSON schema cannot be used: ")
     assert "nonsense" in r.json()["error"]["message"]
     r = complete(url, 1, response_format={"type": "json_schema"})
     assert r.status_code == 400 and r.json()["error"]["param"] == "response_format"
