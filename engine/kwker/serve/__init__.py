@@ -1,8 +1,9 @@
 """Serving: kwker.serve.engine (continuous batching of requests from any thread, no HTTP) and the
-OpenAI-compatible HTTP server on top of it, `kwker serve` (app: routes; schema: the request
-bodies; security: host, origin, key and body checks; metrics: /metrics; text: stop sequences and
-token bytes). The HTTP parts need the `serve` extra (fastapi, uvicorn, prometheus-client); the
-engine needs nothing more than kwker."""
+OpenAI-compatible HTTP server on top of it, `kwker serve` (routes: the API as a class; requests
+and schema: the request bodies; responses: OpenAI's shapes and the one answer generator;
+security: host, origin, key and body checks; connections: deadlines and a connection cap;
+metrics: /metrics; text: stop sequences and token bytes). The HTTP parts need the `serve` extra
+(fastapi, uvicorn, prometheus-client); the engine needs nothing more than kwker."""
 
 from __future__ import annotations
 
@@ -15,8 +16,8 @@ __all__ = ["QueueFull", "Request", "ServingEngine", "ServingObserver", "create_a
 
 
 def create_app(engine: ServingEngine, model_name: str, api_key: str | None = None, **options):
-    """The ASGI app serving `engine` (see kwker.serve.app.create_app for the options)."""
-    from kwker.serve.app import create_app as make
+    """The ASGI app serving `engine` (see kwker.serve.routes.create_app for the options)."""
+    from kwker.serve.routes import create_app as make
 
     return make(engine, model_name, api_key, **options)
 

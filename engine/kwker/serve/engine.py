@@ -3,7 +3,7 @@
 batch before the next step), and are refused when the queue is full. A request whose own step
 fails ends with its error; the others go on (see Scheduler.step).
 
-Nothing here knows HTTP: kwker.serve.app puts the OpenAI API on top, kwker.serve.metrics reads
+Nothing here knows HTTP: kwker.serve.routes puts the OpenAI API on top, kwker.serve.metrics reads
 the engine's figures through an observer."""
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ class Request:
     """A submitted generation. Without a sink, iterate it for its GenerationChunks (ends after the
     last one; raises the error of a failed request). With a sink, the engine's thread calls
     sink(item) for each chunk, then with the exception if it failed, then with END; the sink must
-    not block (kwker.serve.app's hands the items to its event loop). cancel() from anywhere."""
+    not block (kwker.serve.responses.Pending hands the items to its event loop). cancel() from anywhere."""
 
     def __init__(self, seq: SequenceState, sink: Callable[[object], None] | None = None):
         self.seq = seq
