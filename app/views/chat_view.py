@@ -167,6 +167,9 @@ class ChatView(QWidget):
         """Renders the finished `messages` (not the one being written, skip_id); `start`: the
         first the model sees (the rolling window); can_continue: a cut last answer gets its
         Continue link; welcome: the first screen, shown when there are no messages."""
+        # nothing to answer again, or to export, on an empty chat
+        self.regen_button.setEnabled(bool(messages))
+        self.export_button.setEnabled(bool(messages))
         blocks: list[str] = []
         parts = []
         for i, m in enumerate(messages):

@@ -517,3 +517,17 @@ def test_the_about_box_shows_the_license_and_the_notices(qtbot, data_dir):
     lines = {line.split(" ")[0]: line for line in text.splitlines() if ": " in line}
     assert "LGPL-3.0" in lines["PySide6_Essentials"]  # Qt for Python, as its metadata says
     assert "BSD-3-Clause" in lines["numpy"]
+
+
+@pytest.mark.slow
+def test_the_first_screen_offers_examples_and_nothing_to_redo(qtbot, data_dir):
+    from kwker.app.views.chat_view import EXAMPLES
+
+    win = open_window(qtbot)
+    shown = win.view.toPlainText()
+    assert "Ask anything" in shown and all(e in shown for e in EXAMPLES)
+    assert not win.chat.regen_button.isEnabled() and not win.chat.export_button.isEnabled()
+    win.chat.link.emit("example", "0")  # a click on the first example sends it
+    qtbot.waitUntil(lambda: not win.generating and len(win.messages) == 2, timeout=120_000)
+    assert win.messages[0].content == EXAMPLES[0] and "Paris" in win.messages[1].content
+    assert win.chat.regen_button.isEnabled() and win.chat.export_button.isEnabled()
