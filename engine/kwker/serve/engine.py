@@ -106,9 +106,11 @@ class ServingEngine:
         # written on the engine's thread only
         self.shared_lookup = shared_lookup
         self.corpora: dict[object, SuffixCache] = {}
-        # what speculation measured (step costs, the draft's), shared by the requests as the solo
-        # generations of a decoder share theirs: each request would otherwise learn them again
-        self.costs = StepCosts()
+        # per tenant, what speculation measured (step costs, the draft's), shared by its requests
+        # as the solo generations of a decoder share theirs: each request would otherwise learn
+        # them again. Per tenant: which widths were timed follows what was proposed, so shared
+        # records would tell one key a little of another's text.
+        self.costs: dict[object, StepCosts] = {}
         self._waiting: deque[Request] = deque()
         self._active: dict[int, Request] = {}  # id(seq) -> its request, for the admitted ones
         self._wake = threading.Condition()
@@ -166,7 +168,7 @@ class ServingEngine:
             max_new_tokens,
             tokenizer=self.tokenizer,
             corpus=self._corpus(tenant) if self.shared_lookup else None,
-            costs=self.costs,
+            costs=self.costs.setdefault(tenant, StepCosts()),
             **options,
         )
         seq.tenant = tenant
