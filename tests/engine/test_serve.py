@@ -92,13 +92,10 @@ def test_cancel_and_queue_full(model, alone):
 
 # ------------------------------------------------------------------------------------------------------ HTTP
 @pytest.fixture(scope="module")
-def server(model):
+def server(model, smollm2_tokenizer):
     import uvicorn
 
-    from kwker.loading.tokenizer import load_tokenizer
-    from kwker.models.loader import resolve_model
-
-    tokenizer = load_tokenizer(resolve_model(None))  # SmolLM2's real tokenizer, 49152 tokens
+    tokenizer = smollm2_tokenizer
     dec = KwkDecoder(model, max_cache_len=256, max_batch=4, tokenizer=tokenizer)
     engine = ServingEngine(dec, tokenizer)
     engine.start()

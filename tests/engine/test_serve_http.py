@@ -33,11 +33,8 @@ def model():
 
 
 @pytest.fixture(scope="module")
-def tokenizer():
-    from kwker.loading.tokenizer import load_tokenizer
-    from kwker.models.loader import resolve_model
-
-    return load_tokenizer(resolve_model(None))  # SmolLM2's real tokenizer, 49152 tokens
+def tokenizer(smollm2_tokenizer):
+    return smollm2_tokenizer
 
 
 @pytest.fixture(scope="module")

@@ -18,11 +18,8 @@ from kwker.serve import ServingEngine, create_app
 
 
 @pytest.fixture(scope="module")
-def url():
-    from kwker.loading.tokenizer import load_tokenizer
-    from kwker.models.loader import resolve_model
-
-    tokenizer = load_tokenizer(resolve_model(None))  # SmolLM2's real tokenizer, 49152 tokens
+def url(smollm2_tokenizer):
+    tokenizer = smollm2_tokenizer
     model = tiny_llama(seed=3, vocab=49152, hidden=64, heads=2, kv_heads=1, inter=96, layers=2)
     dec = KwkDecoder(model, max_cache_len=512, max_batch=8, tokenizer=tokenizer)
     with ServingEngine(dec, tokenizer) as engine, running(create_app(engine, "tiny")) as url:

@@ -30,7 +30,8 @@ class Request:
     """A submitted generation. Without a sink, iterate it for its GenerationChunks (ends after the
     last one; raises the error of a failed request). With a sink, the engine's thread calls
     sink(item) for each chunk, then with the exception if it failed, then with END; the sink must
-    not block (kwker.serve.responses.Pending hands the items to its event loop). cancel() from anywhere."""
+    not block (kwker.serve.responses.Pending hands the items to its event loop). cancel() from
+    anywhere."""
 
     def __init__(self, seq: SequenceState, sink: Callable[[object], None] | None = None):
         self.seq = seq
@@ -147,11 +148,6 @@ class ServingEngine:
         if self._thread is not None:
             self._thread.join()
             self._thread = None
-
-    @property
-    def corpus(self) -> SuffixCache:
-        """The corpus of requests without a tenant."""
-        return self._corpus(None)
 
     def _corpus(self, tenant) -> SuffixCache:
         return self.corpora.setdefault(tenant, SuffixCache())
