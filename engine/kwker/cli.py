@@ -7,6 +7,7 @@ import os
 import sys
 
 from kwker.precision import DRAFT, NAMES
+from kwker.thinking import ThinkingSplitter, starts_inside, template_kwargs, thinking_format
 
 DEFAULT_PROMPT = "Write a haiku about the sea."
 
@@ -36,9 +37,13 @@ def cmd_generate(args) -> int:
     )  # fmt: skip
     tokenizer = dec.tokenizer
     chat = args.chat if args.chat is not None else bool(getattr(tokenizer, "chat_template", None))
+    fmt = thinking_format(tokenizer) if chat else None
     if chat:
         messages = [{"role": "user", "content": prompt}]
-        ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+        ids = tokenizer.apply_chat_template(
+            messages, add_generation_prompt=True, tokenize=True,
+            **template_kwargs(fmt, False if args.no_think else None),
+        )  # fmt: skip
         ids = list(ids["input_ids"] if hasattr(ids, "keys") else ids)
     else:
         ids = tokenizer(prompt)["input_ids"]
@@ -52,20 +57,66 @@ def cmd_generate(args) -> int:
     if args.temperature > 0:
         sampling.update(temperature=args.temperature, top_p=args.top_p, top_k=args.top_k)
     stats = None
+    out = AnswerOut(fmt, starts_inside(tokenizer, ids, fmt), show_thinking=not args.no_think)
     for chunk in dec.stream_generate(ids, args.max_new_tokens, tokenizer=tokenizer, **sampling):
-        sys.stdout.write(chunk.text)
-        sys.stdout.flush()
+        out.write(chunk.text, chunk.token)
         stats = chunk.stats
-    sys.stdout.write("\n")
+    out.close()
     if stats:
         source = "packed cache" if dec.from_cache else "packed now"
         print(
-            f"[kwker] {stats.new_tokens} tokens, {stats.tokens_per_s:.1f} tokens/s; prompt "
+            f"[kwker] {stats.new_tokens} tokens{out.thinking_said()}, "
+            f"{stats.tokens_per_s:.1f} tokens/s; prompt "
             f"{stats.prompt_tokens} tokens in {stats.prefill_s:.2f} s ({dec.isa}, {dec.threads} "
             f"threads, {dec.precision}; loaded in {dec.load_seconds:.2f} s, {source})",
             file=sys.stderr,
         )
     return 0
+
+
+class AnswerOut:
+    """An answer on stdout as it streams: a thinking model's thinking first, dimmed on a terminal
+    (ANSI dim; plain text in a pipe) or left out (--no-think), then a blank line and the answer.
+    fmt: the model's thinking tags (kwker.thinking; None: the text as it comes); a server's
+    thinking arrives apart (write's `thinking`)."""
+
+    DIM, PLAIN = "\x1b[2m", "\x1b[0m"
+
+    def __init__(self, fmt, inside: bool = False, show_thinking: bool = True):
+        self.split = ThinkingSplitter(fmt, inside) if fmt is not None else None
+        self.show, self.dim = show_thinking, sys.stdout.isatty()
+        self.thought = self.answered = False
+        self.server_thinking_tokens = 0
+
+    def write(self, text: str, token: int | None = None, thinking: str = "") -> None:
+        if thinking:
+            self.server_thinking_tokens += 1  # a server's delta: one token each
+        if self.split is not None:
+            t, text = self.split.feed(text, token)
+            thinking += t
+        self._show(thinking, text)
+
+    def close(self) -> None:
+        if self.split is not None:
+            self._show(*self.split.flush())
+        sys.stdout.write("\n")
+        sys.stdout.flush()
+
+    def thinking_said(self) -> str:
+        """ " (12 thinking)" for the statistics line, "" when the model did not think."""
+        n = self.split.thinking_tokens if self.split is not None else self.server_thinking_tokens
+        return f" ({n} thinking)" if n else ""
+
+    def _show(self, thinking: str, answer: str) -> None:
+        if thinking and self.show:
+            sys.stdout.write(f"{self.DIM}{thinking}{self.PLAIN}" if self.dim else thinking)
+            self.thought = True
+        if answer:
+            if self.thought and not self.answered:
+                sys.stdout.write("\n\n")
+            self.answered = True
+            sys.stdout.write(answer)
+        sys.stdout.flush()
 
 
 def _api_key(path: str | None) -> str | None:
@@ -101,19 +152,20 @@ def generate_remote(args) -> int:
     remote = RemoteModel(url, model, key)
     stream = remote.stream_chat(
         [{"role": "user", "content": args.args[0] if args.args else DEFAULT_PROMPT}],
-        max_tokens=args.max_new_tokens, **sampling,
+        max_tokens=args.max_new_tokens,
+        template_kwargs={"enable_thinking": False} if args.no_think else None, **sampling,
     )  # fmt: skip
     stats: dict = {}
+    out = AnswerOut(None, show_thinking=not args.no_think)  # the server parts the thinking
     try:
         for chunk in stream:
-            sys.stdout.write(chunk.text)
-            sys.stdout.flush()
+            out.write(chunk.text, thinking=chunk.thinking)
             stats = chunk.stats or stats
     except KeyboardInterrupt:  # Ctrl+C: the stream is closed, so the server stops generating
         stream.close()
         sys.stdout.write("\n")
         return 130
-    sys.stdout.write("\n")
+    out.close()
     _progress(_remote_stats_line(model, url, stats))
     return 0
 
@@ -254,6 +306,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="wrap the prompt in the model's chat template (default when it has one)",
     )
     g.add_argument("--no-chat", dest="chat", action="store_false")
+    g.add_argument(
+        "--no-think",
+        action="store_true",
+        help="a thinking model answers without thinking (its template's enable_thinking=false), "
+        "and any thinking is not shown (else it is, dimmed on a terminal)",
+    )
     g.add_argument("--max-new-tokens", type=int, default=128)
     g.add_argument(
         "--precision",

@@ -47,6 +47,9 @@ class RemoteChunk:
     finish_reason: str | None = None  # on the last chunk only: the server's ("stop", "length")
     token: int = -1  # a server sends text, not token ids
     source: str = ""  # which speculation supplied it: a server does not say
+    # a thinking model's thinking, which the server sent apart (reasoning_content: Kwker, vLLM,
+    # llama.cpp's server; vLLM's newer "reasoning")
+    thinking: str = ""
 
 
 def normalize_url(url: str) -> str:
@@ -233,6 +236,12 @@ def _kwker_stats(obj) -> dict | None:
     return found if isinstance(found, dict) else None
 
 
+def _reasoning(delta) -> str:
+    """A delta's thinking: a field the OpenAI client keeps as an extra."""
+    extra = getattr(delta, "model_extra", None) or {}
+    return extra.get("reasoning_content") or extra.get("reasoning") or ""
+
+
 class RemoteModel:
     """One model on one server."""
 
@@ -244,11 +253,16 @@ class RemoteModel:
         return explain(e, self.base_url, self.model, bool(self.api_key), midway)
 
     def stream_chat(self, messages: list[dict], max_tokens: int | None = None,
+                    template_kwargs: dict | None = None,
                     **sampling) -> Iterator[RemoteChunk]:  # fmt: skip
         """The answer to messages (role/content dicts) as it streams. sampling: temperature,
-        top_p, seed (None values are left out). Closing the generator closes the HTTP response,
-        which tells the server to stop generating. Raises RemoteError."""
+        top_p, seed (None values are left out); template_kwargs: the chat template's variables
+        ({"enable_thinking": False}), sent as vLLM's chat_template_kwargs (only when given: a
+        server without them may refuse the field). Closing the generator closes the HTTP
+        response, which tells the server to stop generating. Raises RemoteError."""
         params = {k: v for k, v in sampling.items() if v is not None}
+        if template_kwargs:
+            params["extra_body"] = {"chat_template_kwargs": template_kwargs}
         meter = _Meter()
 
         def ask(**limit):
@@ -287,9 +301,10 @@ class RemoteModel:
                     server_stats = _kwker_stats(chunk.usage) or server_stats
                 choice = chunk.choices[0] if chunk.choices else None
                 text = (choice.delta.content or "") if choice is not None else ""
+                thought = _reasoning(choice.delta) if choice is not None else ""
                 if choice is not None and choice.finish_reason:
                     reason = choice.finish_reason
-                if text:
+                if text or thought:
                     meter.piece()
                 now = time.perf_counter()
                 if server_stats is not None:
@@ -300,8 +315,8 @@ class RemoteModel:
                     stats = None
                 if stats is not None:
                     sent = now
-                if text or stats:
-                    yield RemoteChunk(text, stats)
+                if text or thought or stats:
+                    yield RemoteChunk(text, stats, thinking=thought)
         except Exception as e:
             # after the request was answered with 200, any failure is a stream cut midway
             raise self._explain(e, midway=True) from e

@@ -84,6 +84,7 @@ def chat_ids(tokenizer, body: ChatRequest) -> list[int]:
             add_generation_prompt=True,
             tokenize=True,
             return_dict=True,
+            **(body.chat_template_kwargs or {}),
         )["input_ids"]
     except Exception as e:  # noqa: BLE001  (a template's refusal is about the messages)
         raise ApiError(400, f"cannot apply the chat template: {e}", param="messages") from None

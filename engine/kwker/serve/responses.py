@@ -16,6 +16,7 @@ from fastapi.responses import StreamingResponse
 from kwker.serve.engine import END, Request
 from kwker.serve.requests import ApiError
 from kwker.serve.text import StopText
+from kwker.thinking import ThinkingSplitter
 
 STATS_EVERY_S = 0.25  # a stream's chunks carry fresh statistics at most this often
 
@@ -63,18 +64,24 @@ def finish_reason(reason: str | None) -> str:
 @dataclass
 class Piece:
     """What an answer adds: text (stop sequences held back until they cannot match), the chunk
-    it came from (None for the closing piece), fresh statistics if the chunk carried them, and
-    the finish reason on the last piece."""
+    it came from (None for the closing piece), fresh statistics if the chunk carried them, the
+    finish reason on the last piece, and a thinking model's thinking (text is then the answer
+    only)."""
 
     text: str
     chunk: object | None
     stats: dict | None
     finish: str | None
+    thinking: str = ""
 
 
-async def pieces(req: Request, pending: Pending, stops: StopText) -> AsyncIterator[Piece]:
+async def pieces(
+    req: Request, pending: Pending, stops: StopText, split: ThinkingSplitter | None = None
+) -> AsyncIterator[Piece]:
     """The answer as it comes, for a stream and a whole answer alike: a stop sequence cancels the
-    request and ends it with "stop"; the last piece always has a finish reason."""
+    request and ends it with "stop"; the last piece always has a finish reason. With split, a
+    thinking model's text is parted into thinking and answer (after the stop sequences, which
+    apply to what the model wrote)."""
     async for chunk, fresh in pending.items():
         text, finish = stops.feed(chunk.text), None
         if stops.stopped:
@@ -83,20 +90,38 @@ async def pieces(req: Request, pending: Pending, stops: StopText) -> AsyncIterat
         elif chunk.finish_reason:
             text += stops.flush()
             finish = finish_reason(chunk.finish_reason)
-        yield Piece(text, chunk, fresh, finish)
+        yield _parted(Piece(text, chunk, fresh, finish), split)
         if finish:
             return
     # ended without a last chunk: the server stopped it
-    yield Piece("", None, None, finish_reason(req.seq.finish_reason))
+    yield _parted(Piece("", None, None, finish_reason(req.seq.finish_reason)), split)
+
+
+def _parted(piece: Piece, split: ThinkingSplitter | None) -> Piece:
+    if split is None:
+        return piece
+    token = piece.chunk.token if piece.chunk is not None else None
+    thinking, answer = split.feed(piece.text, token) if piece.chunk is not None else ("", "")
+    if piece.finish:
+        last = split.flush()
+        thinking, answer = thinking + last.thinking, answer + last.answer
+    piece.thinking, piece.text = thinking, answer
+    return piece
 
 
 class Shapes:
     """OpenAI's response shapes for one request of either endpoint."""
 
-    def __init__(self, model_name: str, chat: bool, spelled, with_usage: bool = False):
+    def __init__(
+        self, model_name: str, chat: bool, spelled, with_usage: bool = False,
+        split: ThinkingSplitter | None = None,
+    ):  # fmt: skip
         """spelled(token) -> the token's bytes (for logprobs); with_usage: a stream's last event
-        carries usage (stream_options.include_usage)."""
+        carries usage (stream_options.include_usage); split: a thinking model's chat answer is
+        parted by it (its thinking is the message's reasoning_content, as vLLM and llama.cpp's
+        server return it)."""
         self.model, self.chat, self.spelled, self.with_usage = model_name, chat, spelled, with_usage
+        self.split = split
         self.id = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex[:24]
 
     def logprobs_of(self, chunk):
@@ -122,9 +147,12 @@ class Shapes:
             "top_logprobs": [{e["token"]: e["logprob"] for e in top}],
         }
 
-    @staticmethod
-    def usage(prompt_len: int, n: int, stats: dict | None) -> dict:
+    def usage(self, prompt_len: int, n: int, stats: dict | None) -> dict:
+        """OpenAI's usage; a thinking model's thinking tokens as OpenAI counts its reasoning
+        models' (completion_tokens_details.reasoning_tokens)."""
         out = {"prompt_tokens": prompt_len, "completion_tokens": n, "total_tokens": prompt_len + n}
+        if self.split is not None:
+            out["completion_tokens_details"] = {"reasoning_tokens": self.split.thinking_tokens}
         if stats is not None:
             out["kwker"] = stats
         return out
@@ -139,9 +167,11 @@ class Shapes:
         data.update(extra)
         return f"data: {json.dumps(data)}\n\n"
 
-    def delta(self, text: str, logprobs=None, finish=None) -> dict:
+    def delta(self, text: str, logprobs=None, finish=None, thinking: str = "") -> dict:
         if self.chat:
-            delta = {"content": text} if text or finish is None else {}
+            delta = {"reasoning_content": thinking} if thinking else {}
+            if text or (finish is None and not thinking):
+                delta["content"] = text
             lp = {"content": [logprobs]} if logprobs else None
             return {"index": 0, "delta": delta, "logprobs": lp, "finish_reason": finish}
         return {"index": 0, "text": text, "logprobs": logprobs, "finish_reason": finish}
@@ -153,11 +183,16 @@ class Shapes:
         return self.event([{**self.delta(""), "delta": {"role": "assistant", "content": ""}}])
 
     # ---- a whole answer
-    def whole(self, text, logprobs: list | None, prompt_len, n, stats, finish) -> dict:
-        """logprobs: the tokens' entries, or None when the request asked for none."""
+    def whole(
+        self, text, logprobs: list | None, prompt_len, n, stats, finish, thinking: str = ""
+    ) -> dict:
+        """logprobs: the tokens' entries, or None when the request asked for none; thinking: a
+        thinking model's (reasoning_content: null when it did not think)."""
         choice = {"index": 0, "finish_reason": finish}
         if self.chat:
             choice["message"] = {"role": "assistant", "content": text}
+            if self.split is not None:
+                choice["message"]["reasoning_content"] = thinking or None
             choice["logprobs"] = {"content": logprobs} if logprobs is not None else None
         else:
             choice["text"] = text

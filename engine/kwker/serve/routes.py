@@ -11,7 +11,9 @@ or not.
 
 Responses follow OpenAI's shapes; finish_reason is "stop" (end of text or a stop sequence) or
 "length". usage carries Kwker's own figures as usage["kwker"] (GenerationStats.summary(): speed,
-speculation), and a stream's chunks carry them as "kwker" every STATS_EVERY_S.
+speculation), and a stream's chunks carry them as "kwker" every STATS_EVERY_S. A thinking model's
+chat answer (kwker.thinking) has its thinking apart, as vLLM and llama.cpp's server give it: the
+message's and the deltas' reasoning_content, and usage's completion_tokens_details.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from kwker.serve.responses import CancellingStream, Pending, Shapes, disconnecte
 from kwker.serve.schema import ChatRequest, CompletionRequest
 from kwker.serve.security import DEFAULT_MAX_BODY, LOOPBACK_NAMES, Guard
 from kwker.serve.text import StopText, token_bytes
+from kwker.thinking import ThinkingSplitter, starts_inside, thinking_format
 
 
 class Routes:
@@ -89,19 +92,26 @@ class Routes:
             raise ApiError(400, str(e)) from None
 
     def prepare(self, schema, raw: bytes, pending: Pending, tenant):
-        """On a worker thread: parse, validate, tokenize, submit."""
+        """On a worker thread: parse, validate, tokenize, submit. Also the splitter of a thinking
+        model's chat answer (None otherwise: completions are the model's text as it is)."""
         body = parse(schema, raw, self.model_name)
         chat = schema is ChatRequest
         ids = chat_ids(self.tokenizer, body) if chat else prompt_ids(self.tokenizer, body)
         param = "messages" if chat else "prompt"
-        return body, len(ids), self.submit(body, ids, pending, param, tenant)
+        fmt = thinking_format(self.tokenizer) if chat else None
+        split = ThinkingSplitter(fmt, starts_inside(self.tokenizer, ids, fmt)) if fmt else None
+        return body, len(ids), self.submit(body, ids, pending, param, tenant), split
 
     async def generate(self, request: HttpRequest, schema):
         raw = await request.body()
         pending = Pending(asyncio.get_running_loop())
         tenant = request.scope.get("kwker.tenant")  # the key's name (kwker.serve.security)
-        body, prompt_len, req = await run_in_threadpool(self.prepare, schema, raw, pending, tenant)
-        shapes = Shapes(self.model_name, schema is ChatRequest, self.spelled, body.include_usage)
+        body, prompt_len, req, split = await run_in_threadpool(
+            self.prepare, schema, raw, pending, tenant
+        )
+        shapes = Shapes(
+            self.model_name, schema is ChatRequest, self.spelled, body.include_usage, split
+        )
         answer = self.stream if body.stream else self.collect
         return await answer(request, req, pending, body, prompt_len, shapes)
 
@@ -112,13 +122,15 @@ class Routes:
             try:
                 if shapes.opening():
                     yield shapes.opening()
-                async for piece in pieces(req, pending, StopText(body.stop_sequences)):
+                stops = StopText(body.stop_sequences)
+                async for piece in pieces(req, pending, stops, shapes.split):
                     n += piece.chunk is not None
                     stats = piece.stats or stats
                     lp = shapes.logprobs_of(piece.chunk)
-                    if piece.text or lp:
+                    if piece.text or piece.thinking or lp:
                         extra = {"kwker": piece.stats} if piece.stats else {}
-                        yield shapes.event([shapes.delta(piece.text, lp)], **extra)
+                        delta = shapes.delta(piece.text, lp, thinking=piece.thinking)
+                        yield shapes.event([delta], **extra)
                     if piece.finish:
                         closing = shapes.delta("", finish=piece.finish)
                         yield shapes.event([closing], **({"kwker": stats} if stats else {}))
@@ -134,15 +146,16 @@ class Routes:
         """The whole answer, or a cancel as soon as the client goes away."""
 
         async def gather():
-            parts, lps, n, stats, finish = [], [], 0, None, None
-            async for piece in pieces(req, pending, StopText(body.stop_sequences)):
+            parts, thoughts, lps, n, stats, finish = [], [], [], 0, None, None
+            async for piece in pieces(req, pending, StopText(body.stop_sequences), shapes.split):
                 n += piece.chunk is not None
                 stats = piece.stats or stats
                 parts.append(piece.text)
+                thoughts.append(piece.thinking)
                 if piece.chunk is not None and piece.chunk.logprob is not None:
                     lps.append(shapes.logprobs_of(piece.chunk))
                 finish = piece.finish
-            return "".join(parts), lps, n, stats, finish
+            return "".join(parts), "".join(thoughts), lps, n, stats, finish
 
         answer = asyncio.ensure_future(gather())
         gone = asyncio.ensure_future(disconnected(request.receive))
@@ -156,11 +169,11 @@ class Routes:
         if not answer.done() or answer.cancelled():
             return Response(status_code=499)  # nobody reads it: nginx's "client closed"
         try:
-            text, lps, n, stats, finish = answer.result()
+            text, thinking, lps, n, stats, finish = answer.result()
         except Exception as e:  # noqa: BLE001  (this request's step failed; the others go on)
             raise as_api_error(e) from None
         lps = lps if body.logprobs_k is not None else None
-        return shapes.whole(text, lps, prompt_len, n, stats, finish)
+        return shapes.whole(text, lps, prompt_len, n, stats, finish, thinking)
 
     # ---------------------------------------------------------------------------------- models
     def model_card(self) -> dict:

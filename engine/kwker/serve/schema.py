@@ -6,7 +6,8 @@ cannot honour is refused with a 400 naming it, never ignored.
 Beyond OpenAI's fields, the sampling extras vLLM and llama.cpp's server take: top_k, min_p,
 repetition_penalty; and Kwker's: lookup (0 turns prompt lookup off; else its longest proposal)
 and grammar (a Lark grammar the answer follows). response_format (json_object, json_schema)
-works on both endpoints, as vLLM has it."""
+works on both endpoints, as vLLM has it; chat_template_kwargs and an answer's reasoning_content
+are vLLM's and llama.cpp's too."""
 
 from __future__ import annotations
 
@@ -128,14 +129,29 @@ class Message(BaseModel):
     role: Literal["system", "developer", "user", "assistant"]
     content: Text | list[TextPart] | None = None
     name: Text | None = None
+    # an earlier answer's thinking, as this server and vLLM return it: the template decides
+    # whether it goes into the prompt (Qwen3's keeps it only after the last question)
+    reasoning_content: Text | None = None
 
     def for_template(self) -> dict:
-        """The message as chat templates take it: role and plain text."""
+        """The message as chat templates take it: role and plain text (and an answer's
+        reasoning_content when the client sent it back)."""
         content = self.content
         if isinstance(content, list):
             content = "".join(part.text for part in content)
         role = "system" if self.role == "developer" else self.role
-        return {"role": role, "content": content or ""}
+        out = {"role": role, "content": content or ""}
+        if self.reasoning_content and role == "assistant":
+            out["reasoning_content"] = self.reasoning_content
+        return out
+
+
+# apply_chat_template's own parameters: chat_template_kwargs are the template's variables only
+RESERVED_TEMPLATE_KWARGS = frozenset(
+    ("conversation", "messages", "tools", "documents", "chat_template", "add_generation_prompt",
+     "continue_final_message", "tokenize", "padding", "truncation", "max_length",
+     "return_tensors", "return_dict", "return_assistant_tokens_mask", "tokenizer_kwargs")
+)  # fmt: skip
 
 
 class ChatRequest(Sampling):
@@ -149,9 +165,18 @@ class ChatRequest(Sampling):
     functions: list | None = None
     function_call: object | None = None
     parallel_tool_calls: Flag | None = None
+    # the template's variables, as vLLM and llama.cpp's server take them: {"enable_thinking":
+    # false} turns a thinking model's thinking off
+    chat_template_kwargs: dict[str, object] | None = None
 
     @model_validator(mode="after")
     def _check_chat(self):
+        reserved = sorted(set(self.chat_template_kwargs or ()) & RESERVED_TEMPLATE_KWARGS)
+        if reserved:
+            raise Unsupported(
+                "chat_template_kwargs",
+                f"chat_template_kwargs takes the template's variables, not {reserved[0]!r}",
+            )
         for name in ("tools", "tool_choice", "functions", "function_call"):
             if getattr(self, name):
                 raise Unsupported(name, f"{name} is not supported by this server (no tool calls)")
