@@ -84,7 +84,10 @@ SHAPES = {
 }
 
 # One type for every matrix (as `llama-quantize --pure` writes), or the Q4_K_M-like mix
-MATRIX_TYPES = tuple("F32 F16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q4_K Q5_K Q6_K Q4_K_M".split())
+MATRIX_TYPES = tuple(
+    "F32 F16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q4_K Q5_K Q6_K Q4_K_M IQ4_NL IQ4_XS IQ3_S IQ3_XXS IQ2_S "
+    "IQ2_XS IQ2_XXS IQ1_M IQ1_S TQ2_0 TQ1_0".split()
+)
 
 # general.file_type as llama.cpp names a file of mostly that type (a pure K-quant file: its _S)
 FILE_TYPES = {
@@ -99,6 +102,7 @@ FILE_TYPES = {
     "Q5_K": gguf.LlamaFileType.MOSTLY_Q5_K_S,
     "Q6_K": gguf.LlamaFileType.MOSTLY_Q6_K,
     "Q4_K_M": gguf.LlamaFileType.MOSTLY_Q4_K_M,
+    **{t: gguf.LlamaFileType[f"MOSTLY_{t}"] for t in MATRIX_TYPES if t.startswith(("IQ", "TQ"))},
 }
 
 # The fp16 fields of each block type: byte offset in the block -> the uniform range its values are
@@ -108,6 +112,9 @@ FILE_TYPES = {
 #   Q5_0 {d, qh[4], qs[16]}  Q5_1 {d, m, qh[4], qs[16]}
 #   Q4_K {d, dmin, scales[12], qs[128]}  Q5_K {d, dmin, scales[12], qh[32], qs[128]}
 #   Q6_K {ql[128], qh[64], scales[16] (int8), d}
+#   IQ4_NL {d, qs[16]}, and every other i-quant {d, ...}  TQ1_0 {qs[48], qh[4], d}  TQ2_0 {qs[64], d}
+# (IQ1_M has no fp16 field: IQ1_M_SCALE below.) The i-quants' other fields are bit-fields too: every
+# grid index has exactly the bits of its grid's size, and any sign or scale bits are valid.
 # The ranges put the largest weight near 0.1, as in real checkpoints, so that 32 random layers keep
 # activations in range instead of multiplying them by tens per layer: Q8_0's quants reach 127 and
 # the K-quants multiply d by a 6-bit (Q6_K: 8-bit) sub-scale, so their d is smaller. The K-quants'
@@ -122,7 +129,23 @@ SCALE_FIELDS: dict[Q, dict[int, tuple[float, float]]] = {
     Q.Q4_K: {0: (5e-5, 1.5e-4), 2: (4e-4, 1e-3)},
     Q.Q5_K: {0: (2.5e-5, 7.5e-5), 2: (4e-4, 1e-3)},
     Q.Q6_K: {208: (1e-5, 3e-5)},
+    # an i-quant's d multiplies a sub-scale (up to 32 in IQ4_XS, 31 in IQ3_S, 15.5 x 0.25 or 0.5
+    # in IQ2_* / IQ3_XXS, 15 in IQ1_*) and a level (up to 127 in IQ4, 62 in IQ3_XXS, 43 in IQ2_*,
+    # 1.125 in IQ1_*); the ternary types' d is the weight itself
+    Q.IQ4_NL: {0: (2e-4, 8e-4)},
+    Q.IQ4_XS: {0: (2e-5, 6e-5)},
+    Q.IQ3_S: {0: (1.5e-4, 4e-4)},
+    Q.IQ3_XXS: {0: (2e-4, 5e-4)},
+    Q.IQ2_S: {0: (5e-4, 1.5e-3)},
+    Q.IQ2_XS: {0: (5e-4, 1.5e-3)},
+    Q.IQ2_XXS: {0: (5e-4, 1.5e-3)},
+    Q.IQ1_S: {0: (3e-3, 8e-3)},
+    Q.TQ2_0: {64: (0.02, 0.05)},
+    Q.TQ1_0: {52: (0.02, 0.05)},
 }
+# IQ1_M {qs[32], qh[16], scales[4] (uint16)}: its fp16 d is the top nibbles of the scale words
+# (d's low nibble in the first word's top), as IQ1_S's d draws
+IQ1_M_SCALE = (48, (3e-3, 8e-3))
 FLOAT_STD = 0.02  # F32/F16 matrices: normal weights of a real checkpoint's typical spread
 CHUNK_BYTES = 32 << 20  # rows generated and written at a time: bounds the writer's memory
 
@@ -243,6 +266,13 @@ def random_blocks(rng: np.random.Generator, qtype: Q, n_blocks: int) -> np.ndarr
     blocks = rng.integers(0, 256, size=(n_blocks, size), dtype=np.uint8)
     # Every block size is even and every fp16 field 2-aligned: the fields are columns of a fp16 view
     halves = blocks.view(np.float16)
+    if qtype == Q.IQ1_M:
+        offset, (low, high) = IQ1_M_SCALE
+        d = rng.uniform(low, high, size=n_blocks).astype(np.float16).view(np.uint16)
+        words = blocks.view(np.uint16)[:, offset // 2 : offset // 2 + 4]
+        for i in range(4):
+            words[:, i] = (words[:, i] & 0x0FFF) | (((d >> (4 * i)) & 0xF) << 12)
+        return blocks
     for offset, (low, high) in SCALE_FIELDS[qtype].items():
         halves[:, offset // 2] = rng.uniform(low, high, size=n_blocks).astype(np.float16)
     return blocks

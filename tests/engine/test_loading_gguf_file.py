@@ -218,8 +218,8 @@ def test_a_real_header_with_its_data_cut_off(tmp_path):
     [
         (99, r"tensor blk\.0\.x: an unknown ggml type 99 \(unknown \(99\)\) is not supported"),
         (
-            16,
-            r"tensor blk\.0\.x: ggml type 16 \(IQ2_XXS\) is not supported \(supported: F32, F16, Q4_0",
+            39,
+            r"tensor blk\.0\.x: ggml type 39 \(MXFP4\) is not supported \(supported: F32, F16, Q4_0",
         ),
         (4, r"ggml type 4 \(Q4_2 \(removed from ggml\)\) is not supported"),
     ],

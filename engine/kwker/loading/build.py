@@ -34,11 +34,15 @@ KV_CACHE_TYPES = ("fp32", "fp16")
 EMBED = "model.embed_tokens.weight"  # the one tensor every family reads first
 
 # The precision a GGUF's matrix type runs at when none is asked for: the nearest Kwker format
-# (perf-notes #18: the 4- and 5-bit types lose least as Q4, the 6- and 8-bit ones as Q8).
+# (perf-notes #18: the 4- and 5-bit types lose least as Q4, the 6- and 8-bit ones as Q8). The
+# i-quants and the ternary types (4.5 bits a weight and fewer) hold less than Q4 does, so Q4 keeps
+# what they have at about half of Q8's bytes; Q8_K (8 bits) is Q8's (perf-notes #43).
 GGUF_PRECISION = {
-    "F32": "fp32", "F16": "fp16", "BF16": "bf16", "Q8_0": "balanced", "Q6_K": "balanced",
-    "Q5_0": "int4", "Q5_1": "int4", "Q5_K": "int4", "Q4_0": "int4", "Q4_1": "int4",
-    "Q4_K": "int4", "Q3_K": "int4", "Q2_K": "int4",
+    "F32": "fp32", "F16": "fp16", "BF16": "bf16", "Q8_0": "balanced", "Q8_K": "balanced",
+    "Q6_K": "balanced", "Q5_0": "int4", "Q5_1": "int4", "Q5_K": "int4", "Q4_0": "int4",
+    "Q4_1": "int4", "Q4_K": "int4", "Q3_K": "int4", "Q2_K": "int4", "IQ4_NL": "int4",
+    "IQ4_XS": "int4", "IQ3_S": "int4", "IQ3_XXS": "int4", "IQ2_S": "int4", "IQ2_XS": "int4",
+    "IQ2_XXS": "int4", "IQ1_M": "int4", "IQ1_S": "int4", "TQ2_0": "int4", "TQ1_0": "int4",
 }  # fmt: skip
 
 

@@ -5,7 +5,10 @@
 // the order of ggml's and gguf-py's reference: e.g. Q4_K is (d * scale) * q - (dmin * min), two
 // products and a difference, each rounded once (no fused multiply-add: this file is compiled for
 // the baseline ISA with -ffp-contract=off). So a model loaded from the file packs exactly the
-// bytes that the same model dequantized by transformers packs.
+// bytes that the same model dequantized by transformers packs. For the types transformers does not
+// read (Q5_0 / Q5_1, the i-quants, the ternary TQ1_0 / TQ2_0), the order is gguf-py's
+// (gguf.quants), e.g. IQ2_XXS is ((d * (0.5 + scale)) * 0.25) * grid * sign; Q8_K, which gguf-py
+// does not read either, is ggml's d * q.
 #pragma once
 
 #include <cstddef>
@@ -27,7 +30,19 @@ enum class GgmlType : int {
   Q4_K = 12,
   Q5_K = 13,
   Q6_K = 14,
+  Q8_K = 15,
+  IQ2_XXS = 16,
+  IQ2_XS = 17,
+  IQ3_XXS = 18,
+  IQ1_S = 19,
+  IQ4_NL = 20,
+  IQ3_S = 21,
+  IQ2_S = 22,
+  IQ4_XS = 23,
+  IQ1_M = 29,
   BF16 = 30,
+  TQ1_0 = 34,
+  TQ2_0 = 35,
 };
 
 struct GgmlTypeInfo {
