@@ -33,6 +33,7 @@ class Answering(QObject):
         self.request.connect(worker.generate)
         worker.window.connect(self._on_window)
         worker.chunk.connect(self._on_chunk)
+        worker.thought.connect(self._on_thought)
         worker.finished.connect(self._on_finished)
         worker.failed.connect(self._on_failed)
         self.retry = QTimer(self, interval=RETRY_MS)
@@ -43,7 +44,10 @@ class Answering(QObject):
         """Answers conversation cid's branch with `settings`; continued: its last message, an
         answer cut at max_new_tokens that the model goes on writing (kwker.app.backends)."""
         messages = self.store.messages(cid)
-        history = [{"role": m.role, "content": m.content} for m in messages]
+        # an answer's thinking goes along apart: the backend gives it to the template only as
+        # the template wants it (kwker.thinking.for_template)
+        history = [{"role": m.role, "content": m.content, "thinking": m.thinking}
+                   for m in messages]  # fmt: skip
         start = window_start(messages, self.store.conversation(cid).context_from)
         self.answer.start(cid, [m.id for m in messages], continued)
         self.generating = True
@@ -63,8 +67,13 @@ class Answering(QObject):
             self.answer.add(text, source, stats)
             self.streamed.emit()
 
+    def _on_thought(self, text: str) -> None:
+        if self.answer.mid is not None:
+            self.answer.add_thinking(text)
+            self.streamed.emit()
+
     def _on_finished(self, reason: str, stats: dict) -> None:
-        if reason == "cut" and not self.answer.text:  # cut before a word: nothing to keep
+        if reason == "cut" and not (self.answer.text or self.answer.thinking):  # nothing to keep
             self._on_failed(stats["error"])
             return
         saved = self.answer.finish({**stats, "finish_reason": reason})

@@ -8,13 +8,17 @@ server: `kwker serve`, vLLM, SGLang, llama.cpp's server, Ollama's /v1).
     answer.start                                       # the first message the model sees
     answer.documents                                   # what of the documents went in (cited)
     for piece in answer: ...                           # .text .token .source .stats .finish_reason
+                                                       # .thinking (a thinking model's, apart)
     answer.close()                                     # ends it early (Stop)
     answer.stats()                                     # its figures so far (a dict)
 
 A piece's stats is a dict only when fresh figures came with it (None otherwise): the local ones
 cost a few medians, and the window draws at most every 33 ms. Figures are GenerationStats.summary()'s
 keys plus elapsed_s; a remote answer's also say who measured them (measured: "server" for a Kwker
-server, which reports the same keys, "client" for any other, see kwker.remote)."""
+server, which reports the same keys, "client" for any other, see kwker.remote). A thinking model's
+answer (kwker.thinking) adds thinking_tokens and thinking_s: how much of it, and how long, was
+thinking. Messages are {role, content, thinking} dicts: the thinking goes back into a prompt only
+as the model's template wants it (kwker.thinking.for_template), never to a server."""
 
 from __future__ import annotations
 
@@ -26,6 +30,16 @@ from kwker.app.context_window import answer_reserve, fit_prompt
 from kwker.app.documents import build_context, with_documents
 from kwker.app.settings import generation_options, remote_sampling
 from kwker.remote import AUTH, NOT_FOUND, RemoteError, RemoteModel, list_models, normalize_url
+from kwker.thinking import (
+    ANSWER,
+    THINKING,
+    ThinkingSplitter,
+    for_template,
+    raw_text,
+    starts_inside,
+    template_kwargs,
+    thinking_format,
+)
 
 STATS_EVERY_S = 0.05  # local pieces carry fresh statistics at most this often (the window draws
 # at most every 33 ms; the speedup's medians cost more than a token's other work)
@@ -38,6 +52,7 @@ class Piece:
     source: str  # "" / "lookup" / "draft"
     stats: dict | None  # fresh figures, or None
     finish_reason: str | None = None  # on the last piece
+    thinking: str = ""  # a thinking model's thinking (text is then its answer only)
 
 
 def backend_for(opts: dict):
@@ -57,6 +72,11 @@ class LocalBackend:
             info,
         )
         self.last_prompt: list[int] = []  # the token ids of the latest answer's prompt
+        chat = bool(getattr(self.tokenizer, "chat_template", None))
+        self.thinking = thinking_format(self.tokenizer) if chat else None  # kwker.thinking
+        # whether the model thinks, and whether its template can turn that off (the Think toggle)
+        info["thinks"] = self.thinking is not None
+        info["think_switch"] = bool(self.thinking and self.thinking.switch)
 
     @classmethod
     def load(cls, opts: dict, progress) -> LocalBackend:
@@ -99,18 +119,27 @@ class LocalBackend:
         info["base"] = bool(listed and listed.base) or not info["chat_template"]
         return cls(decoder, draft, info)
 
-    def _prompt_ids(self, messages: list[dict]) -> list[int]:
+    def _prompt_ids(self, messages: list[dict], think: bool | None = None) -> list[int]:
         """The prompt for messages; one that ends with an answer (cut at max_new_tokens) is the
-        prompt of that answer followed by its text, which the model then continues."""
+        prompt of that answer followed by its text (its thinking's too, as the model wrote it),
+        which the model then continues. think: a thinking model's enable_thinking (None: its
+        template's default)."""
+        fmt = self.thinking
         if messages and messages[-1]["role"] == "assistant":
-            text = self.tokenizer(messages[-1]["content"], add_special_tokens=False)["input_ids"]
-            return self._prompt_ids(messages[:-1]) + list(text)
+            prompt = self._prompt_ids(messages[:-1], think)
+            last = messages[-1]
+            text = last["content"]
+            if fmt is not None and last.get("thinking"):
+                inside = starts_inside(self.tokenizer, prompt, fmt)
+                text = raw_text(fmt, last["thinking"], text, inside)
+            return prompt + list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
         if getattr(self.tokenizer, "chat_template", None):
             return list(
                 self.tokenizer.apply_chat_template(
-                    messages, add_generation_prompt=True, tokenize=True, return_dict=True
+                    [for_template(m, fmt) for m in messages], add_generation_prompt=True,
+                    tokenize=True, return_dict=True, **template_kwargs(fmt, think),
                 )["input_ids"]
-            )
+            )  # fmt: skip
         text = "\n\n".join(m["content"] for m in messages) + "\n\n"
         return self.tokenizer(text)["input_ids"]
 
@@ -123,11 +152,12 @@ class LocalBackend:
         the draft model out (the split view's plain run)."""
         max_new = int(settings["max_new_tokens"])
         context = self.decoder.max_cache_len
+        think = settings.get("think")
 
         def fit(msgs: list[dict], first: int):
             return fit_prompt(
-                self._prompt_ids, settings.get("system_prompt", "").strip(), msgs, first,
-                context, max_new, settings["context_overflow"],
+                lambda m: self._prompt_ids(m, think), settings.get("system_prompt", "").strip(),
+                msgs, first, context, max_new, settings["context_overflow"],
             )  # fmt: skip
 
         prompt = fit(messages, start)
@@ -146,28 +176,51 @@ class LocalBackend:
         stream = self.decoder.stream_generate(
             prompt.ids, min(max_new, prompt.room), tokenizer=self.tokenizer, **opts
         )
-        return LocalAnswer(prompt.start, stream, cited)
+        return LocalAnswer(prompt.start, stream, cited, self._splitter(messages, prompt.ids))
+
+    def _splitter(self, messages: list[dict], ids: list[int]) -> ThinkingSplitter | None:
+        """A thinking model's splitter for the answer to prompt `ids`; a continued answer goes on
+        where it was cut (in its thinking when it has no answer text yet)."""
+        if self.thinking is None:
+            return None
+        last = messages[-1] if messages else {}
+        if last.get("role") == "assistant" and (last.get("content") or last.get("thinking")):
+            phase = ANSWER if last.get("content") else THINKING
+            return ThinkingSplitter(self.thinking, phase=phase)
+        return ThinkingSplitter(self.thinking, starts_inside(self.tokenizer, ids, self.thinking))
 
     def _count(self, text: str) -> int:
         return len(self.tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
 class LocalAnswer:
-    def __init__(self, start: int, stream, documents: list[dict] = ()):
+    def __init__(self, start: int, stream, documents: list[dict] = (), split=None):
+        """split: a thinking model's ThinkingSplitter (None: the text is all answer)."""
         self.start, self._stream, self.documents = start, stream, list(documents)
         self._t0 = time.perf_counter()
         self._last = None  # the latest GenerationStats
+        self._split = split
+        self._thought_s: float | None = None  # when the thinking ended
 
     def __iter__(self):
         sent = self._t0
         for c in self._stream:
             self._last, now = c.stats, time.perf_counter()
+            text, thinking = c.text, ""
+            if self._split is not None:
+                thinking, text = self._split.feed(c.text, c.token)
+                if c.finish_reason:  # what the splitter held back, at the end
+                    last = self._split.flush()
+                    thinking, text = thinking + last.thinking, text + last.answer
+                if self._thought_s is None and self._split.phase == ANSWER:
+                    self._thought_s = now - self._t0
             fresh = now - sent >= STATS_EVERY_S
             if fresh:
                 sent = now
             yield Piece(
-                c.text, c.token, c.source or "", self.stats() if fresh else None, c.finish_reason
-            )
+                text, c.token, c.source or "", self.stats() if fresh else None, c.finish_reason,
+                thinking,
+            )  # fmt: skip
 
     def close(self) -> None:
         self._stream.close()  # stops the native loop
@@ -176,6 +229,9 @@ class LocalAnswer:
         if self._last is None:
             return {}
         summary = self._last.summary() | {"elapsed_s": time.perf_counter() - self._t0}
+        if self._split is not None and self._split.thinking_tokens:
+            summary["thinking_tokens"] = self._split.thinking_tokens
+            summary["thinking_s"] = self._thought_s or summary["elapsed_s"]
         return summary | ({"documents": self.documents} if self.documents else {})
 
 
@@ -215,7 +271,9 @@ class RemoteBackend:
         self, messages: list[dict], settings: dict, start: int, documents: list[dict] = ()
     ) -> RemoteAnswer:
         system = settings.get("system_prompt", "").strip()
-        chat = ([{"role": "system", "content": system}] if system else []) + list(messages)
+        # role and content only: an earlier answer's thinking stays here
+        turns = [{"role": m["role"], "content": m["content"]} for m in messages]
+        chat = ([{"role": "system", "content": system}] if system else []) + turns
         cited = []
         if documents:  # the server's context is not known here: a budget most servers have room for
             docs = build_context(documents, chat[-1]["content"], REMOTE_DOCUMENT_TOKENS, _estimate)
@@ -243,9 +301,15 @@ class RemoteAnswer:
         self._chunks = chunks  # kwker.remote.RemoteChunk: the same fields as a Piece
         self._last: dict = {}
         self.documents = list(documents)
+        self._t0 = time.perf_counter()
+        self._thought = 0  # the server's thinking deltas (one token each, as servers send them)
+        self._thought_s = 0.0
 
     def __iter__(self):
         for c in self._chunks:
+            if c.thinking:
+                self._thought += 1
+                self._thought_s = time.perf_counter() - self._t0
             if c.stats:
                 self._last = c.stats
             yield c
@@ -254,4 +318,9 @@ class RemoteAnswer:
         self._chunks.close()  # closes the HTTP response: the server stops generating
 
     def stats(self) -> dict:
-        return self._last | ({"documents": self.documents} if self.documents else {})
+        thought = {"thinking_tokens": self._thought, "thinking_s": self._thought_s}
+        return (
+            self._last
+            | (thought if self._thought else {})
+            | ({"documents": self.documents} if self.documents else {})
+        )

@@ -1,6 +1,8 @@
 """A conversation as a file: Markdown (the branch on screen), JSON (everything: the model, the
 settings, every branch and each answer's statistics) and a self-contained HTML page (the branch on
-screen, code highlighted with Pygments when it is installed, no external resources)."""
+screen, code highlighted with Pygments when it is installed, no external resources). A thinking
+model's thinking goes with its answer: a closed <details> block above it in Markdown and HTML, a
+"thinking" field in JSON."""
 
 from __future__ import annotations
 
@@ -36,7 +38,13 @@ def to_markdown(store: Store, cid: int) -> str:
         parts.append("Attached: " + ", ".join(names) + "\n")
     for m in store.messages(cid):
         versions = f" (version {m.version} of {m.versions})" if m.versions > 1 else ""
-        parts.append(f"**{WHO.get(m.role, m.role)}{versions}:**\n\n{m.content}\n")
+        thinking = ""
+        if m.thinking:  # HTML in Markdown: the thinking folded, as the app shows it
+            thinking = (
+                f"<details><summary>Thinking{_about(m.stats)}</summary>\n\n"
+                f"{html.escape(m.thinking)}\n\n</details>\n\n"
+            )
+        parts.append(f"**{WHO.get(m.role, m.role)}{versions}:**\n\n{thinking}{m.content}\n")
     return "\n".join(parts)
 
 
@@ -58,6 +66,7 @@ def to_json(store: Store, cid: int, model: dict | None, settings: dict) -> str:
                     "parent_id": m.parent_id,
                     "role": m.role,
                     "content": m.content,
+                    "thinking": m.thinking,
                     "created": m.created,
                     "complete": m.complete,
                     "stats": m.stats,
@@ -68,6 +77,14 @@ def to_json(store: Store, cid: int, model: dict | None, settings: dict) -> str:
         indent=2,
         ensure_ascii=False,
     )
+
+
+def _about(stats: dict) -> str:
+    """ " (120 tokens · 3.4 s)": a thinking's length and time, "" without figures."""
+    from kwker.app.render import thinking_about
+
+    about = thinking_about(stats)
+    return f" ({about})" if about else ""
 
 
 # ------------------------------------------------------------------------------------------- HTML
@@ -103,6 +120,9 @@ h1 { font-size: 1.6em; border-bottom: 1px solid #d0d7de; padding-bottom: .3em; }
 .msg.assistant { background: #f6f8fa; border: 1px solid #d0d7de; }
 .who { font-weight: 600; margin: 0 0 .3em; }
 .versions, .stats { color: #59636e; font-weight: normal; font-size: .85em; }
+details.thinking { color: #59636e; border-left: 3px solid #d0d7de; padding-left: .8em;
+                   margin: .3em 0 .8em; }
+details.thinking summary { cursor: pointer; font-size: .9em; }
 pre { background: #f8f8f8; border: 1px solid #d0d7de; border-radius: 6px; padding: .8em;
       overflow-x: auto; }
 code { font: .9em ui-monospace, monospace; }
@@ -134,6 +154,12 @@ def to_html(store: Store, cid: int, model: dict | None = None) -> str:
             body = f"<p>{html.escape(m.content).replace(chr(10), '<br>')}</p>"
         else:
             body = md.render(m.content)
+        if m.thinking:
+            text = html.escape(m.thinking).replace(chr(10), "<br>")
+            body = (
+                f'<details class="thinking"><summary>Thinking{html.escape(_about(m.stats))}'
+                f"</summary><p>{text}</p></details>{body}"
+            )
         stats = stats_line(m.stats) if m.role == "assistant" else ""
         stats_html = f'<p class="stats">{html.escape(stats)}</p>' if stats else ""
         parts.append(

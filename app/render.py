@@ -92,6 +92,9 @@ def stats_line(stats: dict) -> str:
         # a server that reports no figures: the rate this app saw, said so
         here = " measured here" if stats.get("measured") == "client" else ""
         parts.append(f"{stats['tokens_per_s']:.0f} tokens/s{here}")
+    if stats.get("thinking_tokens"):  # a thinking model's share of the answer
+        of = f" of {stats['new_tokens']}" if stats.get("new_tokens") else ""
+        parts.append(f"{stats['thinking_tokens']}{of} tokens thinking")
     if stats.get("speedup"):
         parts.append(f"{stats['speedup']:.2f}× plain decoding")
     for source, accepted in stats.get("accepted", {}).items():
@@ -103,6 +106,30 @@ def stats_line(stats: dict) -> str:
     if stats.get("error"):  # why the answer ended early (a cut stream, a failure)
         parts.append(stats["error"])
     return " · ".join(parts)
+
+
+def thinking_about(stats: dict) -> str:
+    """ "120 tokens · 3.4 s": a thinking's length and time, from an answer's figures."""
+    parts = []
+    if stats.get("thinking_tokens"):
+        parts.append(f"{stats['thinking_tokens']:,} tokens")
+    if stats.get("thinking_s"):
+        parts.append(f"{stats['thinking_s']:.1f} s")
+    return " · ".join(parts)
+
+
+def thinking_html(index: int, thinking: str, shown: bool, about: str = "") -> str:
+    """A thinking model's thinking above its answer: a "Thinking" line that opens and closes it
+    (the link thinking:index), with its length and time, and, when shown, the text, dimmed (plain
+    text: the model's scratch work is not rendered as Markdown)."""
+    arrow = "▾" if shown else "▸"
+    about_html = f' <span class="note">{html.escape(about)}</span>' if about else ""
+    head = f'<p class="thinkhead"><a href="thinking:{index}">{arrow} Thinking</a>{about_html}</p>'
+    if not shown:
+        return head
+    body = html.escape(thinking).replace("\n", "<br>")
+    table = '<table class="thinking" width="100%" cellpadding="6">'
+    return f"{head}{table}<tr><td>{body}</td></tr></table>"
 
 
 def version_switcher(index: int, version: int, versions: int) -> str:

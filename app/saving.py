@@ -51,16 +51,18 @@ class AnswerWriter:
 class StreamingAnswer:
     """The answer being written: its conversation and message, the messages it was asked from
     (their ids: the worker's rolling window indexes them), its text so far with the runs that
-    came from speculation (kwker.app.render.add_run) and its latest figures. It is saved as it
-    arrives, through an AnswerWriter."""
+    came from speculation (kwker.app.render.add_run), a thinking model's thinking, and its latest
+    figures. It is saved as it arrives, through an AnswerWriter."""
 
     def __init__(self, store):
         self.store = store
         self.writer = AnswerWriter(store)
         self.cid: int | None = None
         self.mid: int | None = None  # None: no answer is being written
+        self.last_mid: int | None = None  # the answer written last (once it ended)
         self.history_ids: list[int] = []
         self.text = ""
+        self.thinking = ""
         self.runs: list = []
         self.stats: dict = {}
 
@@ -74,10 +76,11 @@ class StreamingAnswer:
                 continued.content,
                 list(continued.sources),
             )
+            self.thinking = continued.thinking
             self.writer.write(self.mid, self.text, complete=False)
         else:
             self.mid = self.store.add_message(cid, "assistant", "", complete=False).id
-            self.text, self.runs = "", []
+            self.text, self.runs, self.thinking = "", [], ""
 
     def add(self, text: str, source: str, stats: dict) -> None:
         """A streamed piece: saved with which of the answer came from speculation."""
@@ -89,24 +92,32 @@ class StreamingAnswer:
             self.stats = stats
         self.writer.write(self.mid, self.text, sources=self.runs)
 
+    def add_thinking(self, text: str) -> None:
+        """A streamed piece of the thinking before the answer, saved apart from its text."""
+        self.thinking += text
+        self.writer.write(self.mid, self.text, thinking=self.thinking)
+
     def finish(self, stats: dict) -> bool:
         """The answer's end (stats: its final figures and finish_reason). Whether it is saved."""
         saved = self.writer.write(
-            self.mid, self.text, now=True, sources=self.runs, stats=stats, complete=True
-        )
-        self.mid = None
+            self.mid, self.text, now=True, sources=self.runs, stats=stats, complete=True,
+            thinking=self.thinking,
+        )  # fmt: skip
+        self.last_mid, self.mid = self.mid, None
         return saved
 
     def fail(self, error: str) -> bool:
         """The answer's end by an error: what arrived is kept with the error, an answer with no
         text is deleted. Whether the store took it."""
-        mid, self.mid = self.mid, None
+        mid = self.last_mid = self.mid
+        self.mid = None
         if mid is None:
             return True
-        if self.text:
+        if self.text or self.thinking:
             return self.writer.write(
-                mid, self.text, now=True, stats={"error": error}, complete=True
-            )
+                mid, self.text, now=True, stats={"error": error}, complete=True,
+                thinking=self.thinking,
+            )  # fmt: skip
         try:
             self.store.delete_message(mid)  # nothing was written: no empty answer
         except sqlite3.Error:

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import platformdirs
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 # How long a write waits for another process's lock: the GUI thread waits, and must not for 50 ms.
 # SQLite's busy handler sleeps in steps (1, 2, 5, 10, 15, 20 ms...): 0.04 s gave writes of up to
 # 55 ms under a held lock (tests/app/test_store_faults.py); a refused write is retried later.
@@ -77,6 +77,13 @@ MIGRATIONS = [
                               REFERENCES conversations(id) ON DELETE CASCADE, name TEXT NOT NULL,
                               text TEXT NOT NULL, tokens INTEGER NOT NULL, created REAL NOT NULL);
     """,
+    # thinking models (kwker.thinking): an answer's thinking, apart from its text (never sent
+    # back as the answer), and whether the conversation asks the model to think (its Think
+    # toggle; on, as the models' templates default)
+    """
+    ALTER TABLE messages ADD COLUMN thinking TEXT NOT NULL DEFAULT '';
+    ALTER TABLE conversations ADD COLUMN think INTEGER NOT NULL DEFAULT 1;
+    """,
 ]
 
 
@@ -100,6 +107,7 @@ class Message:
     created: float = 0.0
     version: int = 1  # its place among its versions (the children of its parent), from 1
     versions: int = 1
+    thinking: str = ""  # a thinking model's thinking before the answer (content)
 
 
 @dataclass
@@ -125,6 +133,7 @@ class Conversation:
     overrides: dict = field(default_factory=dict)
     context_from: int = 0  # the first message id the model still sees (0: all; see context_window)
     leaf_id: int = 0  # the last message of the branch on screen (0: no messages)
+    think: bool = True  # a thinking model thinks before answering (the Think toggle)
 
 
 class Store:
@@ -237,6 +246,10 @@ class Store:
                 "UPDATE conversations SET overrides = ? WHERE id = ?", (json.dumps(overrides), cid)
             )
 
+    def set_think(self, cid: int, think: bool) -> None:
+        with self._tx():
+            self.db.execute("UPDATE conversations SET think = ? WHERE id = ?", (int(think), cid))
+
     def set_context_from(self, cid: int, mid: int) -> None:
         with self._tx():
             self.db.execute("UPDATE conversations SET context_from = ? WHERE id = ?", (mid, cid))
@@ -324,16 +337,18 @@ class Store:
         now = time.time()
         with self._tx():
             new = self.db.execute(
-                "INSERT INTO conversations (title, created, updated, overrides) VALUES (?, ?, ?, ?)",
-                (f"{conv.title} (fork)", now, now, json.dumps(conv.overrides)),
+                "INSERT INTO conversations (title, created, updated, overrides, think) "
+                "VALUES (?, ?, ?, ?, ?)",
+                (f"{conv.title} (fork)", now, now, json.dumps(conv.overrides), int(conv.think)),
             ).lastrowid
             parent = None
             for m in path:
                 parent = self.db.execute(
                     "INSERT INTO messages (conversation_id, role, content, created, complete, "
-                    "stats, sources, parent_id, chosen) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    "stats, sources, parent_id, chosen, thinking) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (new, m.role, m.content, m.created, int(m.complete), json.dumps(m.stats),
-                     json.dumps(m.sources), parent, now),
+                     json.dumps(m.sources), parent, now, m.thinking),
                 ).lastrowid  # fmt: skip
             self.db.execute("UPDATE conversations SET leaf_id = ? WHERE id = ?", (parent or 0, new))
             self.db.execute(
@@ -350,9 +365,13 @@ class Store:
         stats: dict | None = None,
         complete: bool | None = None,
         sources: list | None = None,
+        thinking: str | None = None,
     ):
         """One transaction per call: the streamed answer is saved as it grows."""
         sets, args = ["content = ?"], [content]
+        if thinking is not None:
+            sets.append("thinking = ?")
+            args.append(thinking)
         if sources is not None:
             sets.append("sources = ?")
             args.append(json.dumps(sources))
@@ -425,16 +444,16 @@ class Store:
             self.db.executemany("DELETE FROM settings WHERE key = ?", [(k,) for k in keys])
 
 
-_CONVERSATION = "id, title, updated, overrides, context_from, leaf_id"
-_MESSAGE = "id, role, content, stats, complete, sources, parent_id, created, chosen"
+_CONVERSATION = "id, title, updated, overrides, context_from, leaf_id, think"
+_MESSAGE = "id, role, content, stats, complete, sources, parent_id, created, chosen, thinking"
 
 
 def _conversation(r) -> Conversation:
-    return Conversation(r[0], r[1], r[2], json.loads(r[3]), r[4], r[5])
+    return Conversation(r[0], r[1], r[2], json.loads(r[3]), r[4], r[5], bool(r[6]))
 
 
 def _message(r, version: int = 1, versions: int = 1) -> Message:
     return Message(
         r[0], r[1], r[2], json.loads(r[3]), bool(r[4]), json.loads(r[5]), r[6], r[7],
-        version, versions,
+        version, versions, r[9],
     )  # fmt: skip

@@ -100,6 +100,9 @@ def chat_css(c: dict) -> str:
     div.welcome {{ color: {c["muted"]}; margin: 24px 8px; }}
     div.welcome h2 {{ color: {c["text"]}; }}
     div.msg {{ margin-bottom: 14px; }}
+    p.thinkhead {{ margin: 2px 0; font-size: small; }}
+    table.thinking {{ color: {c["muted"]}; border-left: 2px solid {c["border"]};
+                      margin: 2px 0 6px 0; }}
     table.code {{ background: {c["code"]}; border: 1px solid {c["border"]}; margin: 6px 0; }}
     td.codehead {{ background: {c["codehead"]}; font-size: small; }}
     pre {{ font-family: monospace; margin: 0; white-space: pre-wrap; }}

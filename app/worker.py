@@ -24,6 +24,8 @@ class GenerationWorker(QObject):
     # text piece, token id (-1 from a server), source ("" / "lookup" / "draft"), stats ({} between
     # fresh ones)
     chunk = Signal(str, int, str, dict)
+    # a thinking model's thinking (kwker.thinking), sent before the same piece's chunk
+    thought = Signal(str)
     # finish reason ("eos", "length", "stopped"; a server's "stop"; "cut": the stream ended midway,
     # its text so far kept, the reason in the stats' "error"), final stats
     finished = Signal(str, dict)
@@ -89,6 +91,8 @@ class GenerationWorker(QObject):
             self.window.emit(answer.start)
             reason = "stopped"
             for piece in answer:
+                if piece.thinking:
+                    self.thought.emit(piece.thinking)
                 self.chunk.emit(piece.text, piece.token, piece.source, piece.stats or {})
                 if piece.finish_reason:
                     reason = piece.finish_reason

@@ -6,7 +6,8 @@ context window and the model picker's fit column. Run under Xvfb:
 
 With --tour THEME WIDTHxHEIGHT it takes instead, at that window size: the first screen, a streamed
 answer with its statistics, the settings, the picker, a cut answer with Continue and an inline
-error (issue 44's list), as OUTDIR/THEME-WIDTHxHEIGHT-*.png.
+error (issue 44's list), as OUTDIR/THEME-WIDTHxHEIGHT-*.png. With --thinking MODEL it takes a
+thinking model's answer with its thinking closed and open (MODEL: a local thinking model).
 """
 
 from __future__ import annotations
@@ -166,7 +167,62 @@ def tour(out: Path, theme: str, width: int, height: int) -> int:
     return 0
 
 
+# A thinking model's answer as the store keeps it: the thinking apart, with its figures
+THINKING_QUESTION = "Is 221 a prime number?"
+THINKING_TEXT = (
+    "The user asks whether 221 is prime. Its square root is about 14.9, so I only need to try "
+    "the primes up to 13.\n\n221 is odd, so not 2. Digit sum 5: not 3. It does not end in 0 or "
+    "5. 7 × 31 = 217, remainder 4. 11 × 20 = 220, remainder 1. 13 × 17 = 221. So 221 = 13 × 17, "
+    "and it is not prime."
+)
+THINKING_ANSWER = "No: **221 = 13 × 17**, so it is not a prime number."
+THINKING_STATS = {"new_tokens": 131, "thinking_tokens": 112, "thinking_s": 2.4,
+                  "prompt_tokens": 16, "prefill_s": 0.08, "tokens_per_s": 46.8,
+                  "finish_reason": "eos"}  # fmt: skip
+
+
+def thinking(out: Path, model: str) -> int:
+    """A thinking model's answer in the chat, its thinking block closed (as a finished answer
+    shows it) and open, as OUTDIR/thinking-closed.png and thinking-open.png. The conversation is
+    stored (a thinking answer needs a thinking model: `model`, a local one, is loaded)."""
+    os.environ.setdefault("KWKER_DATA_DIR", tempfile.mkdtemp(prefix="kwker-shots-"))
+    from PySide6.QtCore import QEventLoop, QTimer
+    from PySide6.QtWidgets import QApplication
+
+    from kwker.app.store import Store
+    from kwker.app.views.main_window import MainWindow
+
+    app = QApplication(sys.argv[:1])
+    out.mkdir(parents=True, exist_ok=True)
+    store = Store()
+    store.save_settings({"theme": "light", "model": model})
+    cid = store.new_conversation("Prime check").id
+    store.add_message(cid, "user", THINKING_QUESTION)
+    mid = store.add_message(cid, "assistant", THINKING_ANSWER).id
+    store.update_message(mid, THINKING_ANSWER, stats=THINKING_STATS, thinking=THINKING_TEXT)
+    win = MainWindow(store)
+    win.show()
+    loop = QEventLoop()
+    timer = QTimer(interval=50)
+    timer.timeout.connect(lambda: win.model_info is not None and loop.quit())
+    timer.start()
+    loop.exec()
+    timer.stop()
+    win.open_conversation(cid)
+    app.processEvents()
+    win.grab().save(str(out / "thinking-closed.png"))
+    win.chat.toggle_thinking(1)
+    app.processEvents()
+    win.grab().save(str(out / "thinking-open.png"))
+    win.close()
+    print("\n".join(str(out / f"thinking-{s}.png") for s in ("closed", "open")))
+    app.quit()
+    return 0
+
+
 if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "--thinking":  # --thinking MODEL [OUTDIR]
+        sys.exit(thinking(Path(sys.argv[3] if len(sys.argv) > 3 else "screenshots"), sys.argv[2]))
     if len(sys.argv) > 1 and sys.argv[1] == "--tour":
         size = [int(v) for v in sys.argv[3].split("x")]
         out = Path(sys.argv[4] if len(sys.argv) > 4 else "screenshots")

@@ -78,7 +78,7 @@ def tiny_qwen3(vocab: int, seed: int = 3):
         Qwen3Config(
             vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
             num_attention_heads=4, num_key_value_heads=2, head_dim=32,
-            max_position_embeddings=1024, tie_word_embeddings=True,
+            max_position_embeddings=4096, tie_word_embeddings=True,
         )
     )  # fmt: skip
     with torch.no_grad():  # widened, so that the greedy choice is no accident of scale

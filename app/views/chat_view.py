@@ -4,7 +4,11 @@ the answer tools, the attachments bar and the input.
 Drawing: the finished messages are rendered to HTML once (set_history); the frame timer redraws
 only when something changed, adding the answer being streamed, at most every FRAME_MS, and less
 often when a redraw is slow. The links in the chat (copy, edit, versions, fork, continue, the first
-screen's examples, attach a paste) are emitted as (kind, argument) for the window to act on."""
+screen's examples, attach a paste) are emitted as (kind, argument) for the window to act on.
+
+A thinking model's thinking is a dimmed block above its answer: open while it streams, closed on a
+finished answer; its "Thinking" line opens and closes it. The Think toggle (shown for a model whose
+template can turn thinking off) is the conversation's: the window saves it."""
 
 from __future__ import annotations
 
@@ -14,6 +18,7 @@ import time
 from PySide6.QtCore import Qt, QTimer, QUrl, Signal
 from PySide6.QtWidgets import (
     QApplication,
+    QCheckBox,
     QFileDialog,
     QHBoxLayout,
     QLabel,
@@ -26,7 +31,15 @@ from PySide6.QtWidgets import (
 )
 
 from kwker.app import theme
-from kwker.app.render import SOURCE_NAMES, citations, markdown_html, message_html, stats_line
+from kwker.app.render import (
+    SOURCE_NAMES,
+    citations,
+    markdown_html,
+    message_html,
+    stats_line,
+    thinking_about,
+    thinking_html,
+)
 from kwker.app.views.attachments_bar import AttachmentsBar
 from kwker.app.views.widgets import ElidedLabel
 
@@ -38,6 +51,7 @@ EXAMPLES = (
     "Give me three tips for a job interview.",
 )
 FRAME_MS = 33  # the streamed answer is redrawn at most this often
+STREAM_ID = -1  # ChatView.thinking_shown's key of the answer being written
 # ...and less often when a redraw is slow: at most this share of the GUI thread's time, so that
 # redrawing a long conversation does not take CPU from the decoder's threads (they use every core)
 REDRAW_SHARE = 0.05
@@ -106,6 +120,13 @@ class ChatView(QWidget):
         for fmt, label in EXPORTS:
             menu.addAction(label, lambda fmt=fmt: self._export_dialog(fmt))
         self.export_button.setMenu(menu)
+        self.think = QCheckBox("Think")
+        self.think.setAccessibleName("think before answering")
+        self.think.setToolTip(
+            "The model thinks before it answers (its thinking shows above the answer); off, it "
+            "answers at once. This conversation's setting."
+        )
+        self.think.setVisible(False)  # until a model whose template has the switch is loaded
         self.attachments = attachments
 
         layout = QVBoxLayout(self)
@@ -115,6 +136,7 @@ class ChatView(QWidget):
         tools = QHBoxLayout()
         tools.addWidget(self.regen_button)
         tools.addWidget(self.compare_button)
+        tools.addWidget(self.think)
         tools.addStretch(1)
         tools.addWidget(self.export_button)
         layout.addLayout(tools)
@@ -127,7 +149,13 @@ class ChatView(QWidget):
         self._history_html = ""  # the finished messages, rendered once
         self._history_blocks: list[str] = []  # their code blocks, for the Copy links
         self.code_blocks: list[str] = []  # the code blocks on screen, the streamed answer's too
-        self.stream: tuple[int, str, list] | None = None  # (index, text, runs) being written
+        # the answer being written: (index, text, runs, thinking, figures)
+        self.stream: tuple[int, str, list, str, dict] | None = None
+        # whether a thinking block is open, by message id (STREAM_ID: the answer being written);
+        # not in it: open while streaming, closed once finished
+        self.thinking_shown: dict[int, bool] = {}
+        self._history_args: tuple | None = None
+        self._ids: list[int] = []  # the ids of the messages on screen, by index
         self.inline_error = ""  # HTML said at the end of the chat
         self.dirty = False
         self.frame = QTimer(self, interval=FRAME_MS)
@@ -167,6 +195,8 @@ class ChatView(QWidget):
         """Renders the finished `messages` (not the one being written, skip_id); `start`: the
         first the model sees (the rolling window); can_continue: a cut last answer gets its
         Continue link; welcome: the first screen, shown when there are no messages."""
+        self._history_args = (messages, start, skip_id, can_continue, welcome)
+        self._ids = [m.id for m in messages]
         # nothing to answer again, or to export, on an empty chat
         self.regen_button.setEnabled(bool(messages))
         self.export_button.setEnabled(bool(messages))
@@ -185,6 +215,9 @@ class ChatView(QWidget):
                 body = f"<p>{html.escape(m.content).replace(chr(10), '<br>')}</p>"
             else:
                 body = self.answer_html(m.content, m.sources, blocks)
+                if m.thinking:
+                    shown = self.thinking_shown.get(m.id, False)
+                    body = thinking_html(i, m.thinking, shown, thinking_about(m.stats)) + body
             parts.append(
                 message_html(
                     i, m.role, body, editable=True, note=_note(m, cut),
@@ -214,8 +247,12 @@ class ChatView(QWidget):
         blocks = list(self._history_blocks)
         body = self._history_html
         if self.stream is not None:
-            index, text, runs = self.stream
-            streamed = self.answer_html(text, runs, blocks) if text else "<p>…</p>"
+            index, text, runs, thinking, figures = self.stream
+            streamed = self.answer_html(text, runs, blocks) if text else ""
+            if thinking:
+                shown = self.thinking_shown.get(STREAM_ID, True)
+                streamed = thinking_html(index, thinking, shown, thinking_about(figures)) + streamed
+            streamed = streamed or "<p>…</p>"
             body += message_html(index, "assistant", streamed, editable=False, note="(writing)")
         if self.inline_error:
             body += f'<div class="error"><b>⚠</b> {self.inline_error}</div>'
@@ -236,7 +273,24 @@ class ChatView(QWidget):
         kind, _, arg = url.toString().partition(":")
         if kind == "copy-code":
             QApplication.clipboard().setText(self.code_blocks[int(arg)])
+        if kind == "thinking":
+            self.toggle_thinking(int(arg))
         self.link.emit(kind, arg)
+
+    def stream_ended(self, mid: int | None) -> None:
+        """The answer being written ended as message `mid`: its thinking stays open only if the
+        user opened or closed it while it streamed (else it closes, as finished ones are)."""
+        shown = self.thinking_shown.pop(STREAM_ID, None)
+        if shown is not None and mid is not None:
+            self.thinking_shown[mid] = shown
+
+    def toggle_thinking(self, index: int) -> None:
+        """Opens or closes the thinking of message `index` (the answer being written's too)."""
+        streaming = self.stream is not None and self.stream[0] == index
+        key = STREAM_ID if streaming else self._ids[index]
+        self.thinking_shown[key] = not self.thinking_shown.get(key, streaming)
+        if self._history_args is not None:
+            self.set_history(*self._history_args)
 
 
 def _note(m, cut: bool) -> str:

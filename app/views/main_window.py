@@ -108,6 +108,7 @@ class MainWindow(QMainWindow):
         self.chat.send_button.clicked.connect(self.send_or_stop)
         self.chat.regen_button.clicked.connect(self.branches.regenerate)
         self.chat.compare_button.clicked.connect(self.open_compare)
+        self.chat.think.toggled.connect(lambda on: self.cid and self.store.set_think(self.cid, on))
         self.attachments_row = bar.row
         # the names tests and packaging/screenshots.py drive the window by
         self.title, self.view, self.legend = self.chat.title, self.chat.view, self.chat.legend
@@ -158,8 +159,23 @@ class MainWindow(QMainWindow):
             self.settings["model"] = self._model_arg
 
     def effective_settings(self) -> dict:
-        overrides = self.store.conversation(self.cid).overrides if self.cid else {}
-        return {**self.settings, **overrides}
+        """The settings an answer of this conversation is written with: the app's, its
+        overrides, and its Think toggle (kwker.thinking: a thinking model's enable_thinking)."""
+        if not self.cid:
+            return dict(self.settings)
+        conv = self.store.conversation(self.cid)
+        return {**self.settings, **conv.overrides, "think": conv.think}
+
+    def show_think(self) -> None:
+        """The Think toggle: shown for a model whose template can turn thinking off, set as the
+        conversation on screen has it."""
+        switch = bool((self.model_info or {}).get("think_switch"))
+        self.chat.think.setVisible(switch)
+        self.chat.think.setEnabled(switch)
+        if self.cid:
+            self.chat.think.blockSignals(True)  # showing the saved value is no change to save
+            self.chat.think.setChecked(self.store.conversation(self.cid).think)
+            self.chat.think.blockSignals(False)
 
     def apply_settings(self, values: dict, conversation_only: bool) -> None:
         if not values:  # "use app defaults" for this conversation
@@ -222,6 +238,7 @@ class MainWindow(QMainWindow):
         conv = self.store.conversation(cid)
         self.title.setText(conv.title)
         self.settings_panel.show_values(self.settings, conv.overrides)
+        self.show_think()
         self.conversations.refresh(cid)
         self.chat.attachments.refresh(self.cid)
         self.render_history()
@@ -300,6 +317,7 @@ class MainWindow(QMainWindow):
     def _on_ended(self, reason: str, stats: dict, said: str, short: str):
         self.last_finish_reason = reason
         self.chat.set_stopping(False)
+        self.chat.stream_ended(self.answer.last_mid)
         if stats:
             self.stats.update_stats(stats, final=True)
         elif reason == "error":
@@ -326,7 +344,8 @@ class MainWindow(QMainWindow):
         """The answer being written, on screen if its conversation is."""
         shown = self.generating and self.answer.cid == self.cid and self.answer.mid is not None
         index = len(self.messages) - 1
-        self.chat.stream = (index, self.answer.text, self.answer.runs) if shown else None
+        a = self.answer
+        self.chat.stream = (index, a.text, a.runs, a.thinking, a.stats) if shown else None
         self.chat.dirty = True
 
     def _show_figures(self) -> None:

@@ -88,6 +88,7 @@ class ModelChoice(QObject):
         w.settings_panel.set_draft_choices(drafts)
         # a server decodes as it does: there is no plain run of it to set beside speculation
         w.compare_button.setVisible(not info["server"])
+        w.show_think()  # the Think toggle, for a model whose template can turn thinking off
         w.chat.attachments.refresh(w.cid)  # whether they fit this model's context
         if not w.messages:  # the first screen names the model, and whether it is a base one
             w.render_history()

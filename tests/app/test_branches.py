@@ -56,7 +56,7 @@ def test_a_version_3_file_migrates_with_every_message_on_one_branch(tmp_path):
     v3_database(path)
     before = sqlite3.connect(path).execute("SELECT * FROM messages ORDER BY id").fetchall()
     store = Store(path)
-    assert store.version == SCHEMA_VERSION == 4
+    assert store.version == SCHEMA_VERSION == 5
     geo = store.messages(1)
     assert [(m.id, m.role, m.content) for m in geo] == [
         (1, "user", "What is the capital of France?"),
@@ -72,6 +72,8 @@ def test_a_version_3_file_migrates_with_every_message_on_one_branch(tmp_path):
     assert store.messages(2) == [] and store.conversation(2).leaf_id == 0
     conv = store.conversation(1)
     assert conv.overrides == {"seed": 5} and conv.context_from == 3 and conv.leaf_id == 6
+    # version 5: no answer had thinking, and a conversation lets a thinking model think
+    assert all(m.thinking == "" for m in store.tree(1)) and conv.think
     # every column of every message survives as it was
     after = store.db.execute(
         "SELECT id, conversation_id, role, content, created, stats, complete, sources FROM messages "
