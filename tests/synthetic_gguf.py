@@ -449,6 +449,30 @@ def write_gguf(
     return path
 
 
+def split_gguf(src: str | Path, first: str | Path, max_tensors: int) -> list[Path]:
+    """Writes the GGUF at `src` as a split model of at most `max_tensors` tensors a part, as
+    llama.cpp's gguf-split does (gguf-py's writer names the parts after `first`'s stem:
+    STEM-00001-of-0000N.gguf); returns the parts' paths."""
+    reader = gguf.GGUFReader(src)
+    first = Path(first)
+    writer = gguf.GGUFWriter(first, reader.fields["general.architecture"].contents(),
+                             split_max_tensors=max_tensors)  # fmt: skip
+    for key, field in reader.fields.items():
+        if key.startswith("GGUF.") or key == "general.architecture":
+            continue
+        vtype = field.types[0]
+        sub = field.types[1] if vtype == gguf.GGUFValueType.ARRAY and len(field.types) > 1 else None
+        writer.add_key_value(key, field.contents(), vtype, sub_type=sub)
+    for t in reader.tensors:
+        raw = t.tensor_type not in (Q.F32, Q.F16)
+        writer.add_tensor(t.name, t.data, raw_dtype=t.tensor_type if raw else None)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return sorted(first.parent.glob(f"{first.stem}-*-of-*.gguf"))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("out", type=Path, help="the .gguf file to write")

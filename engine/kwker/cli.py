@@ -232,9 +232,11 @@ def cmd_models(args) -> int:
             )
         return 0
     if args.action == "search":
-        for repo in hub.search(args.name):
-            print(repo)
+        for hit in hub.search(args.name):
+            print(f"{hit.id}\tGGUF (kwker models quants {hit.id})" if hit.gguf else hit.id)
         return 0
+    if args.action == "quants":
+        return _quants(args.name, args.token)
     if args.action == "remove":
         print(f"removed {args.name} ({hub.remove(args.name) / 1e6:.1f} MB freed)")
         return 0
@@ -269,6 +271,28 @@ def cmd_models(args) -> int:
     finally:  # before main's error message too: the bar's last line is its own
         bar.close()
     print(path)
+    return 0
+
+
+def _quants(repo: str, token: str | None, context: int = 4096) -> int:
+    """The quants of a repo of GGUF files: size, bits per weight, and the memory each needs at
+    its own precision (read from its header over range requests) and whether that fits."""
+    from kwker.loading import memory
+    from kwker.models import catalog, gguf_repo
+
+    commit, found = gguf_repo.list_quants(repo, token=token)
+    if not found:
+        print(f"kwker: {repo} holds no GGUF model files", file=sys.stderr)
+        return 1
+    default = gguf_repo.pick(found, None, repo)
+    print(f"QUANT\tSIZE\tBITS/WEIGHT\tMEMORY ({context} tokens)\tFIT")
+    for q in found:
+        facts = gguf_repo.facts(repo, commit, q, token)
+        est = facts.estimate(None, context)
+        bits = 8 * q.size / memory.parameters(facts.config, facts.tied)
+        mark = "\t(default)" if q is default else ""
+        print(f"{q.name}\t{q.size / 1e6:.1f} MB\t{bits:.2f}\t{est.total / 1e6:.0f} MB at "
+              f"{est.precision}\t{catalog.fit_of(est.total)}{mark}")  # fmt: skip
     return 0
 
 
@@ -442,9 +466,14 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--threads", type=int, default=None)
     s.set_defaults(func=cmd_serve)
 
-    m = sub.add_parser("models", help="list, download, import, remove or search models")
-    m.add_argument("action", choices=["list", "download", "import", "remove", "search"])
-    m.add_argument("name", nargs="?", default="", help="repo id, local path, or search text")
+    m = sub.add_parser(
+        "models", help="list, download, import, remove or search models; a GGUF repo's quants"
+    )
+    m.add_argument("action", choices=["list", "download", "import", "remove", "search", "quants"])
+    m.add_argument(
+        "name", nargs="?", default="",
+        help="repo id (OWNER/REPO:QUANT for a quant of a GGUF repo), local path, or search text",
+    )  # fmt: skip
     m.add_argument("--token", default=None, help="a Hugging Face token for gated or private repos")
     m.add_argument("--copy", action="store_true", help="import: copy the file into kwker's cache")
     m.set_defaults(func=cmd_models)

@@ -17,7 +17,16 @@ COMMIT = "0123456789abcdef0123456789abcdef01234567"
 
 
 def is_lfs(name: str) -> bool:
-    return name.endswith(".safetensors")
+    return name.endswith((".safetensors", ".gguf"))
+
+
+def repo_files(folder: Path) -> list[Path]:
+    """A repo's files, subfolders included (GGUF repos keep split quants in one each)."""
+    return sorted(f for f in folder.rglob("*") if f.is_file())
+
+
+def tags(folder: Path) -> list[str]:
+    return ["gguf"] if any(f.suffix == ".gguf" for f in repo_files(folder)) else []
 
 
 def git_blob_id(data: bytes) -> str:
@@ -112,7 +121,11 @@ def make_handler(state: HubState):
             if path == "/api/models":  # search: every repo whose id contains the text
                 text = re.search(r"search=([^&]*)", self.path)
                 text = text.group(1) if text else ""
-                return self._json(200, [{"id": r, "modelId": r} for r in state.repos if text in r])
+                return self._json(
+                    200,
+                    [{"id": r, "modelId": r, "tags": tags(f)}
+                     for r, f in state.repos.items() if text in r],
+                )  # fmt: skip
             m = re.fullmatch(r"/api/models/([^/]+/[^/]+)(?:/revision/[^/]+)?", path)
             if m:
                 return self._info(m.group(1))
@@ -131,9 +144,13 @@ def make_handler(state: HubState):
                      ("X-Error-Message", "Access to this model is restricted")],
                 )  # fmt: skip
             siblings = []
-            for f in sorted(folder.iterdir()):
+            for f in repo_files(folder):
                 data = f.read_bytes()
-                sib = {"rfilename": f.name, "size": len(data), "blobId": git_blob_id(data)}
+                sib = {
+                    "rfilename": f.relative_to(folder).as_posix(),
+                    "size": len(data),
+                    "blobId": git_blob_id(data),
+                }
                 if is_lfs(f.name):
                     sib["lfs"] = {
                         "sha256": hashlib.sha256(data).hexdigest(),
@@ -150,7 +167,7 @@ def make_handler(state: HubState):
                     "siblings": siblings,
                     "private": False,
                     "gated": repo in state.gated,
-                    "tags": [],
+                    "tags": tags(folder),
                     "downloads": 0,
                     "likes": 0,
                 },
@@ -205,14 +222,16 @@ def make_handler(state: HubState):
             start = 0
             rng = self.headers.get("Range")
             if rng:
-                start = int(re.fullmatch(r"bytes=(\d+)-", rng).group(1))
-                body = data[start:]
+                m = re.fullmatch(r"bytes=(\d+)-(\d*)", rng)
+                start = int(m.group(1))
+                end = min(int(m.group(2)), len(data) - 1) if m.group(2) else len(data) - 1
+                body = data[start : end + 1]
                 if wrong:  # the right length and Content-Range, the wrong bytes
                     with state.lock:
                         state.wrong_resume.discard(name)
-                    body = data[: len(data) - start]
+                    body = data[: len(body)]
                 self.send_response(206)
-                self.send_header("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")
+                self.send_header("Content-Range", f"bytes {start}-{end}/{len(data)}")
             else:
                 body = data
                 self.send_response(200)

@@ -4,6 +4,7 @@ it are kept), a corrupted file caught by its sha256, a gated repo, a full disk, 
 models` command. Faults (redirects, locks, retries, empty and wrongly resumed files) are in
 test_hub_faults.py."""
 
+import hashlib
 import os
 import subprocess
 import sys
@@ -80,9 +81,10 @@ def test_cut_transfer_resumes_without_refetching(hubsrv):
     assert list(cache.rglob("*.incomplete")) == []
 
 
-def test_cancel_stops_in_a_file_and_a_later_call_keeps_the_finished_ones(hubsrv):
-    """huggingface_hub deletes the file a cancel cuts (its temporary file is its own): the next
-    call fetches that one again, from its first byte, and none of the files finished before."""
+def test_cancel_stops_in_a_file_and_a_later_call_resumes_it(hubsrv):
+    """The weights a cancel cuts keep their bytes (blobs/<sha256>.resume, never under the file's
+    name): the next call asks for the rest of them alone, and none of the files finished
+    before."""
     state, _, folder, cache = hubsrv
     size = weights_size(folder)
     state.delay_per_chunk = 0.002
@@ -101,14 +103,20 @@ def test_cancel_stops_in_a_file_and_a_later_call_keeps_the_finished_ones(hubsrv)
     t.start()
     t.join(60)
     assert "cancelled" in str(result["error"])
-    assert state.served["model.safetensors"] < size  # stopped inside the file
+    sent = state.served["model.safetensors"]
+    assert sent < size  # stopped inside the file
     assert list(cache.rglob("*.incomplete")) == []
     assert not list(cache.rglob("model.safetensors"))  # nothing under its name
+    (kept,) = cache.rglob("*.resume")
+    kept = kept.stat().st_size
+    assert 0 < kept <= sent
     state.delay_per_chunk = 0.0
     state.starts.clear()
     snap = hub.download(REPO)
-    assert state.starts == [("model.safetensors", 0)]  # config files were not asked for again
+    # config files were not asked for again, and the weights from where they stopped
+    assert state.starts == [("model.safetensors", kept)]
     assert (snap / "model.safetensors").read_bytes() == (folder / "model.safetensors").read_bytes()
+    assert list(cache.rglob("*.resume")) == []
 
 
 def test_corrupted_file_is_caught_and_fetched_again(hubsrv):
@@ -117,6 +125,21 @@ def test_corrupted_file_is_caught_and_fetched_again(hubsrv):
     snap = hub.download(REPO)
     assert (snap / "model.safetensors").read_bytes() == (folder / "model.safetensors").read_bytes()
     assert state.served["model.safetensors"] == 2 * weights_size(folder)
+
+
+def test_a_kept_partial_file_with_wrong_bytes_is_caught_and_fetched_again(hubsrv):
+    """A partial file whose bytes are not the file's start (two processes appending where file
+    locks do not work, a disk error) resumes, fails the sha256 check, and is fetched whole."""
+    state, _, folder, cache = hubsrv
+    data = (folder / "model.safetensors").read_bytes()
+    blobs = cache / "models--tiny--llama" / "blobs"
+    blobs.mkdir(parents=True)
+    (blobs / f"{hashlib.sha256(data).hexdigest()}.resume").write_bytes(b"\xff" * 1000)
+    snap = hub.download(REPO)
+    assert (snap / "model.safetensors").read_bytes() == data
+    starts = [b for name, b in state.starts if name == "model.safetensors"]
+    assert starts == [1000, 0]  # resumed, caught, fetched from the start
+    assert list(blobs.glob("*.resume")) == []
 
 
 def test_gated_repo_needs_a_token(hubsrv, monkeypatch):

@@ -77,10 +77,10 @@ def own_precision(source) -> str:
     counts: dict[str, int] = {}
     for name in source.names:
         if name.startswith("model.layers.") and name.endswith("_proj.weight"):
-            t = source.tensor(name)
-            counts[t.type_name] = counts.get(t.type_name, 0) + math.prod(t.shape)
+            kind = source.type_name(name)
+            counts[kind] = counts.get(kind, 0) + math.prod(source.shape(name))
     if not counts:
-        counts[source.tensor(EMBED).type_name] = 1
+        counts[source.type_name(EMBED)] = 1
     return GGUF_PRECISION[max(counts, key=counts.get)]
 
 
@@ -113,7 +113,7 @@ def check_model(config, source, max_cache_len: int):
         raise BadModelFile(f"{source.description}: tensor {EMBED} is missing")
     # the native step computes in float32: a value the config makes past its range (an epsilon
     # of 1e300) is refused here, naming where it comes from
-    tied, embed_dtype = is_tied(config, source), source.tensor(EMBED).type_name
+    tied, embed_dtype = is_tied(config, source), source.type_name(EMBED)
     cfg = family.native_config(config, tied=tied, embed_dtype=embed_dtype)
     for name, origin in NATIVE_FLOATS.items():
         if name in cfg and not abs(cfg[name]) <= FLOAT32_MAX:  # False for NaN too
@@ -271,7 +271,7 @@ def empty_step(
     family = check_model(config, source, max_cache_len)
     precision = checked(precision) or own_precision(source)
     kv_cache = kv_cache or ("fp32" if precision == "fp32" else "fp16")
-    tied, embed_dtype = is_tied(config, source), source.tensor(EMBED).type_name
+    tied, embed_dtype = is_tied(config, source), source.type_name(EMBED)
     cfg = family.native_config(config, tied=tied, embed_dtype=embed_dtype)
     cfg["wtype"] = getattr(_native.WType, PRECISIONS[precision].matrices)
     cfg["kv_f16"] = kv_cache == "fp16"

@@ -952,7 +952,7 @@ def _freq_factors(gguf: GgufFile, m: _Metadata, config: dict) -> dict | None:
             f"[{rotary // 2}]"
         )
     dtype = "<f4" if info.ggml_type == 0 else "<f2"
-    stored = np.fromfile(gguf.path, dtype, rotary // 2, offset=info.offset).astype(np.float32)
+    stored = np.frombuffer(gguf.tensor_bytes(info), dtype, rotary // 2).astype(np.float32)
     if not np.all(np.isfinite(stored)) or np.any(stored <= 0):
         raise m.error(f"{_ROPE_FREQS} holds factors that are not positive and finite")
     if np.all(stored == 1.0):

@@ -106,6 +106,7 @@ class TensorInfo:
     ggml_type: int
     offset: int  # absolute file offset of the data
     nbytes: int
+    path: Path | None = None  # the file it is in (a split model's tensors are in several)
 
     @property
     def type_name(self) -> str:
@@ -122,6 +123,12 @@ class GgufFile:
     version: int = 3
     alignment: int = DEFAULT_ALIGNMENT
     data_start: int = 0  # where the tensor data section begins
+
+    def tensor_bytes(self, info: TensorInfo) -> bytes:
+        """The bytes of a (small) tensor, read from its file: for values the config needs."""
+        with open(info.path or self.path, "rb") as f:
+            f.seek(info.offset)
+            return f.read(info.nbytes)
 
 
 # Value type ids of GGUF metadata (gguf.md, `gguf_metadata_value_type`): the fixed-size ones, as struct formats
@@ -315,6 +322,20 @@ def read_gguf(path: str | os.PathLike) -> GgufFile:
             return _parse(_Header(buf, path, size))
 
 
+def parse_buffer(buf, path: Path, size: int) -> tuple[GgufFile, int]:
+    """(header, the bytes it took) of a GGUF of `size` bytes whose first bytes are in `buf` (a
+    buffer of `size` bytes; kwker.models.gguf_repo reads a Hub file's first bytes into one). A
+    GgufError says at `.at` where it was found, so a caller that holds only the file's first
+    bytes can tell a corrupt header from one that runs past them."""
+    h = _Header(buf, path, size)
+    try:
+        gguf = _parse(h)
+    except GgufError as e:
+        e.at = h.pos
+        raise
+    return gguf, h.pos
+
+
 def _parse(h: _Header) -> GgufFile:
     magic = bytes(h.buf[:4])
     if magic != GGUF_MAGIC:
@@ -405,7 +426,7 @@ def _tensor(h, name, shape, ggml_type, relative, data_start, alignment) -> Tenso
             f"tensor {name}: data ends at byte {offset + nbytes}, past the end of the file "
             f"({h.size} bytes): the file is truncated"
         )
-    return TensorInfo(name, shape, ggml_type, offset, nbytes)
+    return TensorInfo(name, shape, ggml_type, offset, nbytes, h.path)
 
 
 def _check_no_overlap(h: _Header, tensors) -> None:

@@ -30,7 +30,7 @@ from kwker.loading import packed_cache
 from kwker.loading import sampling_defaults as presets
 from kwker.loading.build import check_tensor_table, empty_step, load_weights, own_precision
 from kwker.loading.config import config_from_gguf, config_from_json
-from kwker.loading.gguf_file import read_gguf
+from kwker.loading.gguf_split import read_split
 from kwker.loading.sources import (
     BadModelFile,
     GgufSource,
@@ -67,13 +67,13 @@ def open_files(path: Path):
     against the tensor table (check_tensor_table), before anything is sized by them. Raises
     BadModelFile."""
     if path.is_file():
-        gguf = read_gguf(path)
+        gguf, paths = read_split(path)  # one file, or every part of a split one
         config = config_from_gguf(gguf)
         source = GgufSource(gguf, config)
         check_tensor_table(config, source)
         generation = SimpleNamespace(eos_token_id=getattr(config, "eos_token_id", None))
         generation.sampling_defaults = (presets.GGUF, presets.from_gguf(gguf.metadata))
-        return config, source, [path], generation, lambda: file_tokenizer(gguf, path)
+        return config, source, paths, generation, lambda: file_tokenizer(gguf, path)
     if not (path / "config.json").is_file():
         raise BadModelFile(f"{path} has no config.json: not a model folder")
     try:

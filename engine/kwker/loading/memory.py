@@ -330,11 +330,31 @@ def facts_from_files(path) -> ModelFacts:
     from kwker.loading.load import open_files
 
     config, source, _, _, _ = open_files(Path(path).expanduser())
-    tokenizer = _tokenizer_kind(config)
-    gguf = getattr(source, "file", None) if path_is_gguf(path) else None
-    if gguf is not None:  # llama.cpp names the tokenizer's kind: "gpt2" (BPE) or "llama" (SPM)
-        kind = gguf.metadata.get("tokenizer.ggml.model")
-        tokenizer = {"gpt2": "bpe", "llama": "spm"}.get(kind, tokenizer)
+    if path_is_gguf(path):
+        return _gguf_facts(config, source)
+    return ModelFacts(config, own_precision(source), is_tied(config, source),
+                      _tokenizer_kind(config))  # fmt: skip
+
+
+def facts_from_gguf(gguf) -> ModelFacts:
+    """The facts of a GGUF model from its header alone (kwker.loading.gguf_file.GgufFile; a
+    split model's merged one): what kwker.models.gguf_repo reads from the Hub."""
+    from kwker.loading.build import check_tensor_table
+    from kwker.loading.config import config_from_gguf
+    from kwker.loading.sources import GgufSource
+
+    config = config_from_gguf(gguf)
+    source = GgufSource(gguf, config)  # maps no file: only the header is asked
+    check_tensor_table(config, source)
+    return _gguf_facts(config, source)
+
+
+def _gguf_facts(config, source) -> ModelFacts:
+    from kwker.loading.build import is_tied, own_precision
+
+    # llama.cpp names the tokenizer's kind: "gpt2" (BPE) or "llama" (SPM)
+    kind = source.file.metadata.get("tokenizer.ggml.model")
+    tokenizer = {"gpt2": "bpe", "llama": "spm"}.get(kind, _tokenizer_kind(config))
     return ModelFacts(config, own_precision(source), is_tied(config, source), tokenizer)
 
 
@@ -348,5 +368,6 @@ __all__ = [
     "estimate",
     "facts_from_config",
     "facts_from_files",
+    "facts_from_gguf",
     "parameters",
 ]

@@ -89,6 +89,9 @@ class TorchSource:
         raw = t.contiguous().reshape(-1).view(torch.uint8).numpy()  # the storage's own bytes
         return RawTensor(raw, GGML_TYPE[storage], tuple(t.shape))
 
+    def type_name(self, name: str) -> str | None:
+        return torch_storage_type(self._state[name].dtype)
+
     def release(self, name: str) -> None:
         pass
 
@@ -158,6 +161,9 @@ class SafetensorsSource:
 
     def shape(self, name: str) -> tuple[int, ...]:
         return self._where[name][4]
+
+    def type_name(self, name: str) -> str:
+        return SAFETENSORS_TYPES[self._where[name][3]][0]
 
     def tensor(self, name: str) -> RawTensor:
         data, a, b, dtype, shape = self._where[name]
@@ -305,7 +311,9 @@ class GgufSource:
     """The tensors of a GGUF file (read by kwker.loading.gguf_file), under Hugging Face names,
     with llama.cpp's conversions undone as transformers undoes them: the row permutation of
     Llama's attn_q / attn_k (a row order, so the blocks are read as they are) and Gemma's 1 + w
-    norms (an offset of -1 on the float32 values)."""
+    norms (an offset of -1 on the float32 values). A split model's tensors are in several files
+    (kwker.loading.gguf_split; each TensorInfo names its own); a file is mapped when a tensor's
+    bytes are first read, so a header alone (one read from the Hub) answers the rest."""
 
     # tensors a GGUF may hold that no family reads from it (their content is configuration the
     # loader checks elsewhere)
@@ -317,6 +325,7 @@ class GgufSource:
         self.arch = gguf.metadata.get("general.architecture")
         self._config = config
         self._names: dict[str, str] = {}
+        self._maps: dict[Path, MappedFile] = {}
         unknown = []
         for name in gguf.tensors:
             if name in self.EXTRA:
@@ -332,7 +341,12 @@ class GgufSource:
                 f"{' ...' if len(unknown) > 5 else ''} are not part of a {self.arch} model"
             )
         self.names = set(self._names)
-        self._data = MappedFile(gguf.path)
+
+    def _data(self, info) -> MappedFile:
+        path = info.path or self.file.path
+        if path not in self._maps:
+            self._maps[path] = MappedFile(path)
+        return self._maps[path]
 
     def gguf_name(self, name: str) -> str:
         return self._names[name]
@@ -340,9 +354,14 @@ class GgufSource:
     def shape(self, name: str) -> tuple[int, ...]:
         return self.file.tensors[self._names[name]].shape
 
+    def type_name(self, name: str) -> str:
+        from kwker.loading.gguf_file import type_name
+
+        return type_name(self.file.tensors[self._names[name]].ggml_type)
+
     def tensor(self, name: str) -> RawTensor:
         info = self.file.tensors[self._names[name]]
-        raw = self._data.view(info.offset, info.offset + info.nbytes)
+        raw = self._data(info).view(info.offset, info.offset + info.nbytes)
         order = None
         if self.arch in GGUF_PERMUTED_QK and (".q_proj." in name or ".k_proj." in name):
             c = self._config
@@ -353,7 +372,7 @@ class GgufSource:
 
     def release(self, name: str) -> None:
         info = self.file.tensors[self._names[name]]
-        self._data.drop(info.offset, info.offset + info.nbytes)
+        self._data(info).drop(info.offset, info.offset + info.nbytes)
 
 
 def llama_cpp_row_order(rows: int, heads: int) -> np.ndarray:

@@ -3,6 +3,7 @@ share a tokenizer (the drafts a model can use)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass, field
 from functools import cache
@@ -29,10 +30,15 @@ class CatalogEntry:
     # precision of "the model's own" before any file is on disk). Every repo listed is bfloat16:
     # its safetensors take 2 bytes a parameter (download_bytes), and the shapes agree with the
     # GGUFs the PyPI packages carry (SmolLM2-135M, Qwen2.5-Coder, Gemma 3 270M) and with params.
+    # A GGUF repo's entry (gguf) states no dtype: its own precision is its default quant's.
     config: dict = field(default_factory=dict, compare=False)
     # the sampling the model answers well at where its files say nothing (kwker.models.presets)
     preset: dict = field(default_factory=dict, compare=False)
     base: bool = False  # a base model: it continues text, it does not answer (no chat template)
+    # a repo of GGUF files: the model is one of its quants (kwker.models.gguf_repo), chosen in
+    # the picker's quant list; download_bytes is its default quant's file
+    gguf: bool = False
+    quant: str | None = None  # that default quant, when it is not Q4_K_M
 
     @property
     def runs_natively(self) -> bool:
@@ -65,8 +71,14 @@ def same_tokenizer(model_id: str) -> list[str]:
 
 @cache
 def facts(e: CatalogEntry) -> memory.ModelFacts:
-    """What the memory estimate needs of e, from its config (no file read)."""
-    return memory.facts_from_config(e.config)
+    """What the memory estimate needs of e, from its config (no file read); a GGUF repo's own
+    precision is its default quant's."""
+    facts = memory.facts_from_config(e.config)
+    if e.gguf:
+        from kwker.models.gguf_repo import DEFAULT_QUANT, own_precision
+
+        facts = dataclasses.replace(facts, own=own_precision(e.quant or DEFAULT_QUANT))
+    return facts
 
 
 def memory_estimate(e: CatalogEntry, precision: str | None, context: int) -> memory.MemoryEstimate:

@@ -1,17 +1,17 @@
 """Downloads from the Hugging Face Hub into the standard HF cache, through huggingface_hub's
-`hf_hub_download`: a lock per file, each transfer into a temporary file of its own renamed into
-place when whole, redirects that leave the Hub without the token, a dropped connection resumed
-with a Range request, 408 and 429 answers retried, Xet storage. Around it, what it leaves to us:
+`hf_hub_download`: a lock per file, the cache's layout (blobs linked into snapshots), redirects
+that leave the Hub without the token, 408 and 429 answers retried. Around it, what it leaves to
+us:
 
+* the weights (LFS files) are fetched by kwker.models.resumable: a cancel, a dropped connection,
+  a full disk or a killed process keeps the bytes received, and the next call asks for the rest
+  (huggingface_hub 2 deletes its partial file on any failure, so a 5 GB GGUF would start over);
+  hf_hub_download then finds the checked blob and links it, and fetches the small files itself;
 * each file fetched is checked against the Hub's file list: its exact size, and its hash (the
   sha256 of an LFS file, the git blob id of any other); one that differs is fetched once more;
 * HTTP 5xx answers (and 408/429 ones from the API) are retried, after each of RETRY_WAITS_S;
 * progress in bytes over the whole repo (speed, ETA), cancel from another thread, and clear
   errors for a full disk, a gated repo and an unreachable Hub.
-
-A file cut by a cancel, a full disk or a crash starts over on the next call (the files finished
-before it are kept): huggingface_hub 2 deletes its temporary file on any failure, so that two
-processes can never write into one file, even where file locks do not work.
 
 Metadata, search, the cache layout and listing/deleting cached repos stay with huggingface_hub.
 """
@@ -28,6 +28,8 @@ from dataclasses import dataclass
 from fnmatch import fnmatch
 from pathlib import Path
 from typing import NamedTuple
+
+from kwker.models import resumable
 
 WANTED = ["*.json", "*.safetensors", "tokenizer.model", "*.txt", "*.jinja", "*.tiktoken"]
 CHUNK = 1 << 20  # bytes read at a time when hashing a file
@@ -51,6 +53,11 @@ class DiskFullError(DownloadError):
 
 class Cancelled(DownloadError):
     pass
+
+
+class GgufRepo(DownloadError):
+    """A repo of GGUF files, asked for as a safetensors model: one of its quants is the model
+    (kwker.models.gguf_repo)."""
 
 
 @dataclass
@@ -144,11 +151,11 @@ def _retrying(call: Callable, check: Callable[[], None] = lambda: None):
     return call()  # the last try: its error is the one raised
 
 
-def repo_files(
+def listing(
     repo_id: str, revision: str | None = None, token: str | None = None
 ) -> tuple[str, list[RepoFile]]:
-    """(commit sha, [RepoFile]) of the files a model needs: weights as safetensors, config and
-    tokenizer; never pickled .bin files or code."""
+    """(commit sha, [RepoFile]) of every file in repo_id at revision, from the Hub's model info;
+    DownloadError saying why not (gated, unknown, unreachable)."""
     from huggingface_hub import HfApi
     from huggingface_hub.errors import GatedRepoError as HfGated
     from huggingface_hub.errors import HfHubHTTPError, RepositoryNotFoundError
@@ -176,14 +183,23 @@ def repo_files(
         raise DownloadError(f"cannot reach the Hub at {_endpoint()}: {e}") from e
     files = []
     for s in info.siblings or []:
-        if any(fnmatch(s.rfilename, p) for p in WANTED) and "/" not in s.rfilename:
-            size = s.size if s.size is not None else (s.lfs.size if s.lfs else 0)
-            files.append(RepoFile(s.rfilename, size, s.lfs.sha256 if s.lfs else None, s.blob_id))
-    if not any(f.name.endswith(".safetensors") for f in files):
+        size = s.size if s.size is not None else (s.lfs.size if s.lfs else 0)
+        files.append(RepoFile(s.rfilename, size, s.lfs.sha256 if s.lfs else None, s.blob_id))
+    return info.sha, files
+
+
+def model_files(repo_id: str, files: list[RepoFile]) -> list[RepoFile]:
+    """The files of a safetensors model among a repo's: weights, config and tokenizer at its top
+    level; never pickled .bin files or code. A repo of GGUF files alone is a GgufRepo's
+    (kwker.models.gguf_repo): its error says so."""
+    wanted = [f for f in files if any(fnmatch(f.name, p) for p in WANTED) and "/" not in f.name]
+    if not any(f.name.endswith(".safetensors") for f in wanted):
+        if any(f.name.endswith(".gguf") for f in files):
+            raise GgufRepo(f"{repo_id} holds GGUF files: name one of its quants as {repo_id}:QUANT")
         raise DownloadError(
             f"{repo_id} has no safetensors weights (pickled .bin files are never downloaded)"
         )
-    return info.sha, files
+    return wanted
 
 
 def download(
@@ -192,16 +208,19 @@ def download(
     token: str | None = None,
     progress: Callable[[Progress], object] | None = None,
     cancel: threading.Event | Callable[[], bool] | None = None,
+    select: Callable[[list[RepoFile]], list[RepoFile]] | None = None,
 ) -> Path:
     """Downloads (or completes) repo_id into the HF cache and returns its snapshot folder.
     progress gets a Progress as bytes arrive and after each file; cancel (an Event, or a callable
-    that says True) stops the download with Cancelled, from another thread."""
+    that says True) stops the download with Cancelled, from another thread. select: which of the
+    repo's files to fetch (default: a safetensors model's, model_files)."""
     if cancel is None:
         cancelled = lambda: False  # noqa: E731
     else:
         cancelled = cancel.is_set if isinstance(cancel, threading.Event) else cancel
     token = _token(token)
-    commit, files = repo_files(repo_id, revision, token)
+    commit, files = listing(repo_id, revision, token)
+    files = select(files) if select else model_files(repo_id, files)
     tally = _Tally(repo_id, sum(f.size for f in files), progress, cancelled)
     for f in files:
         tally.begin(f)
@@ -231,9 +250,9 @@ def _fetch_checked(
 
     Kwker's own lock per file, around huggingface_hub's, covers the check too: another download
     of the same file waits until it is checked (or deleted), never using it before."""
-    from huggingface_hub import constants, hf_hub_download
+    from huggingface_hub import constants, hf_hub_download, hf_hub_url
     from huggingface_hub.file_download import repo_folder_name
-    from huggingface_hub.utils import WeakFileLock
+    from huggingface_hub.utils import WeakFileLock, build_hf_headers
 
     def fetch() -> Path:
         return Path(
@@ -252,16 +271,24 @@ def _fetch_checked(
     locks = locks / repo_folder_name(repo_id=repo_id, repo_type="model")
     locks.mkdir(parents=True, exist_ok=True)
     pointer = _repo_dir(repo_id) / "snapshots" / commit / f.name
+    blobs = _repo_dir(repo_id) / "blobs"
     with WeakFileLock(locks / f"{f.sha256 or f.blob_id or f.name}.kwker.lock"):
-        _sweep_partials(_repo_dir(repo_id) / "blobs", commit, f)
+        _sweep_partials(blobs, commit, f)
         checked_before = pointer.exists()
         for _ in range(2):
-            path = _retrying(fetch, tally.check)
-            wrong = _mismatch(path, f, size_only=checked_before)
-            if wrong is None:
-                return
-            path.resolve().unlink(missing_ok=True)  # the blob: never used under its name
-            path.unlink(missing_ok=True)
+            wrong = None
+            if f.sha256 and not checked_before:  # an LFS file: a transfer that can resume
+                url = hf_hub_url(repo_id, f.name, revision=commit, endpoint=_endpoint())
+                headers = build_hf_headers(token=token, library_name="kwker")
+                wrong = resumable.fetch_blob(url, headers, blobs, f, tally, _retrying)
+                checked_before = wrong is None  # a blob checked just now is not hashed again
+            if wrong in (None, "was there before"):
+                path = _retrying(fetch, tally.check)  # links the blob, or fetches a small file
+                wrong = _mismatch(path, f, size_only=checked_before)
+                if wrong is None:
+                    return
+                path.resolve().unlink(missing_ok=True)  # the blob: never used under its name
+                path.unlink(missing_ok=True)
             checked_before = False
             tally.restart()
     raise DownloadError(f"{f.name} of {repo_id} {wrong}, downloaded twice: try again later")
@@ -385,6 +412,12 @@ class _Tally:
     def restart(self) -> None:  # the file is fetched again from its first byte
         self.done = 0
 
+    def resume_at(self, n: int) -> None:
+        """The current file's transfer starts at byte n (n bytes were kept from before)."""
+        self.check()
+        self.done = min(n, self.size)
+        self.report()
+
     def end(self) -> None:
         self.before += self.size
         self.done = 0
@@ -440,12 +473,17 @@ def config(repo_id: str, revision: str | None = None, token: str | None = None) 
         raise DownloadError(f"cannot read config.json of {repo_id} from {_endpoint()}: {e}") from e
 
 
-def search(text: str, limit: int = 20) -> list[str]:
+class Hit(NamedTuple):
+    id: str
+    gguf: bool  # a repo of GGUF files (its "gguf" tag): its quants are chosen by name
+
+
+def search(text: str, limit: int = 20) -> list[Hit]:
     from huggingface_hub import HfApi
 
     check_reachable()
     return [
-        m.id
+        Hit(m.id, "gguf" in (m.tags or []))
         for m in HfApi(endpoint=_endpoint()).list_models(
             search=text, limit=limit, pipeline_tag=None
         )

