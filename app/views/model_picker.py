@@ -38,10 +38,11 @@ from PySide6.QtWidgets import (
 )
 
 from kwker.app.tasks import TaskRunner, describe_error
+from kwker.app.views.quant_list import QuantList
 from kwker.app.views.server_panel import ServerPanel
 from kwker.loading import memory
 from kwker.models import catalog as cat
-from kwker.models import hub, imported
+from kwker.models import gguf_repo, hub, imported
 from kwker.models.loader import download
 from kwker.precision import (
     AUTO,
@@ -70,7 +71,16 @@ def on_disk() -> list[tuple[str, int, Path]]:
     Hub was out of reach) of the models not in it."""
     from kwker.models.pypi_source import PYPI_MODELS, fetched_gguf
 
-    cached = hub.cached_models()
+    cached = []
+    for repo, size, path in hub.cached_models():
+        if (path / "config.json").is_file():
+            cached.append((repo, size, path))
+            continue
+        # a repo of GGUF files: a row for each quant downloaded, "OWNER/REPO:QUANT"
+        files = [hub.RepoFile(p.relative_to(path).as_posix(), p.stat().st_size, None, None)
+                 for p in path.rglob("*.gguf") if p.exists()]  # fmt: skip
+        for q in gguf_repo.quants(files):
+            cached.append((f"{repo}:{q.name}", q.size, path / q.first))
     known = {repo for repo, _, _ in cached}
     for repo in PYPI_MODELS:
         path = fetched_gguf(repo) if repo not in known else None
@@ -130,7 +140,7 @@ class ModelTableModel(QAbstractTableModel):
         self.available: float | None = None  # None: MemAvailable, read at each refresh
         self.cached: list[tuple[str, int, Path]] = []  # hub.cached_models()
         self.imports: list[dict] = []  # imported.entries()
-        self.search_results: list[str] = []
+        self.search_results: list[hub.Hit] = []
         self.facts: dict[str, memory.ModelFacts] = {}  # row id -> from its files or Hub config
         self.facts_errors: dict[str, str] = {}
         self.pending: set[str] = set()  # row ids whose facts are being read
@@ -202,9 +212,8 @@ class ModelTableModel(QAbstractTableModel):
         have = self.available or cat.available_memory()
         rows = []
         for e in cat.catalog():
-            status = (
-                "downloaded" if e.id in cached else ("offline source" if e.offline_source else "")
-            )
+            held = e.id in cached or any(r.startswith(f"{e.id}:") for r in cached)
+            status = "downloaded" if held else ("offline source" if e.offline_source else "")
             if not e.runs_natively:
                 status = "not supported yet"
             rows.append(
@@ -222,13 +231,16 @@ class ModelTableModel(QAbstractTableModel):
                               download=_size(entry["bytes"]))
                 )  # fmt: skip
                 known.add(entry["path"])
-        for repo in self.search_results:
-            if repo not in known:
-                rows.append(self._row(have, repo, repo, status="on the Hub"))
-                known.add(repo)
-        for r in rows:  # what the status says first: the model in use, a base model
+        for hit in self.search_results:
+            if hit.id not in known:
+                rows.append(self._row(have, hit.id, hit.id, status="on the Hub"))
+                rows[-1]["gguf"] = hit.gguf
+                known.add(hit.id)
+        for r in rows:  # what the status says first: the model in use, a base model, GGUF files
             e = r["entry"]
+            r["gguf"] = r.get("gguf") or bool(e and e.gguf)
             labels = ["in use"] * (r["id"] == self.in_use) + ["base model"] * bool(e and e.base)
+            labels += ["GGUF quants"] * r["gguf"]
             r["status"] = " · ".join([*labels, r["status"]] if r["status"] else labels)
             if e and e.base:
                 r["status_tip"] = "A base model continues text rather than answering questions"
@@ -481,8 +493,8 @@ class ModelPicker(QDialog):
 
         self.submit(files_of_catalog, found, lambda message: None)
         known = {e.id for e in cat.catalog()}
-        for repo, _, path in cached:
-            if repo not in known and (path / "config.json").is_file():
+        for repo, _, path in cached:  # a model folder, or a downloaded quant's .gguf file
+            if repo not in known and (path.is_file() or (path / "config.json").is_file()):
                 self._read_facts(repo, lambda p=path: memory.facts_from_files(p))
         for entry in imports:
             self._read_facts(entry["path"], lambda p=entry["path"]: memory.facts_from_files(p))
@@ -514,6 +526,8 @@ class ModelPicker(QDialog):
         facts = row and self.table_model._facts(row["id"], row["entry"])
         own = f" ({label(facts.own)})" if facts and facts.own else ""
         self.precision.setItemText(0, f"Fit at: {AUTO_LABEL}{own}")
+        # a GGUF repo downloads one of its quants, chosen in its list
+        self.download_button.setText("Choose a quant…" if row and row["gguf"] else "Download")
 
     def search_hub(self):
         text = self.search.text().strip()
@@ -532,7 +546,7 @@ class ModelPicker(QDialog):
             self.table_model.refresh()
             self.status.setText(f"{len(repos)} models on the Hub match “{text}”")
             token = self.token.text().strip() or None
-            for repo in repos:
+            for repo in (hit.id for hit in repos if not hit.gguf):  # GGUF: in its quant list
                 if self.table_model._facts(repo, cat.entry(repo)) is None:
                     self._read_facts(
                         repo, lambda r=repo: memory.facts_from_config(hub.config(r, token=token))
@@ -574,14 +588,34 @@ class ModelPicker(QDialog):
         row = self.selected()
         if row is None or self.downloading:
             return
+        if row["gguf"]:  # a quant is chosen first
+            self.open_quants(row["id"])
+            return
+        self.start_download(row["id"])
+
+    def open_quants(self, repo: str) -> QuantList:
+        """The quant list of a GGUF repo; the quant chosen there downloads."""
+        precision = self.precision.currentData()
+        self.quant_list = QuantList(
+            repo, self.submit, None if precision == AUTO else precision,
+            self.table_model.context, self.token.text().strip() or None, self,
+        )  # fmt: skip
+        self.quant_list.chosen.connect(self.start_download)
+        self.quant_list.open()
+        return self.quant_list
+
+    def start_download(self, spec: str) -> None:
+        """Downloads a model ("OWNER/REPO", or "OWNER/REPO:QUANT" of a GGUF repo)."""
+        if self.downloading:
+            return
         self.downloading = True
         self.progress.setValue(0)
         self.progress.setVisible(True)
         self.cancel_button.setEnabled(True)
         self.download_button.setEnabled(False)
-        self.status.setText(f"Downloading {row['id']}…")
+        self.status.setText(f"Downloading {spec}…")
         self.worker.token = self.token.text().strip() or None
-        self.request_download.emit(row["id"])
+        self.request_download.emit(spec)
 
     def _on_progress(self, percent: int, text: str):
         self.progress.setValue(percent)

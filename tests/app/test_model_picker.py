@@ -126,7 +126,7 @@ def test_hub_search_and_config_fetches_run_off_the_gui_thread(qtbot, own_caches,
     def slow_search(text, limit=20):
         threads["search"] = threading.get_ident()
         time.sleep(1.5)  # a slow network: the window must keep drawing meanwhile
-        return ["someone/slow-model"]
+        return [kwker_hub.Hit("someone/slow-model", gguf=False)]
 
     def config(repo_id, revision=None, token=None):
         threads["config"] = threading.get_ident()
