@@ -171,13 +171,13 @@ def cached(spec: str, snapshot: Path) -> Path | None:
 
 # ---- the GGUF header over HTTP range requests -----------------------------------------------
 
-FIRST_READ = 4 << 20  # bytes asked for first: most headers (a 150k-token vocabulary) fit in 8 MB
+FIRST_READ = 8 << 20  # bytes asked for first: a 150k-token vocabulary's header takes 6 MB
 MAX_HEADER = 256 << 20  # a header past this is not a header
 
 
 def remote_header(repo_id: str, commit: str, f: hub.RepoFile, token: str | None = None):
     """The header of the Hub file f (a kwker.loading.gguf_file.GgufFile whose tensor_bytes reads
-    over HTTP too), read with range requests of its first bytes, four times as many each time the
+    over HTTP too), read with range requests of its first bytes, twice as many each time the
     header runs past them. The bytes are laid in a private anonymous mapping of the file's size
     (pages never written stay unallocated), so the parser checks every offset against the real
     file as it does for a file on disk."""
@@ -204,7 +204,7 @@ def remote_header(repo_id: str, commit: str, f: hub.RepoFile, token: str | None 
             raise hub.DownloadError(
                 f"{f.name} of {repo_id}: no GGUF header within its first {len(head)} bytes"
             )
-        want *= 4
+        want *= 2
 
 
 @dataclass
