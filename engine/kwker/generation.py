@@ -233,12 +233,18 @@ class StepDecoder:
         json_schema: dict | str | None = None,
         json_object: bool = False,
         grammar: str | None = None,
+        tools: list[dict] | None = None,
+        tool_choice: str | dict = "auto",
+        parallel_tool_calls: bool = True,
     ) -> SequenceState:
         """A validated sequence to generate (raises ValueError/TypeError on bad options). costs:
         what earlier sequences measured, shared with this one's speculation (see StepCosts);
         corpus: earlier texts that prompt lookup also copies from (a server's requests).
         json_schema / json_object / grammar (Lark): the answer follows it, token by token (see
-        kwker.constrained; a ConstraintError, a ValueError, names what cannot be compiled)."""
+        kwker.constrained; a ConstraintError, a ValueError, names what cannot be compiled).
+        tools (OpenAI's), tool_choice ("auto", "required", "none" or {"type": "function",
+        "function": {"name": ...}}), parallel_tool_calls: a call's arguments follow its tool's
+        schema (see kwker.tools; the prompt must carry the tools: kwker.tools.chat_prompt)."""
         if (
             not isinstance(max_new_tokens, int)
             or isinstance(max_new_tokens, bool)
@@ -289,6 +295,18 @@ class StepDecoder:
             rules = grammar_of(json_schema, json_object, grammar)
             what = "grammar" if grammar is not None else "JSON schema"
             constraint = Constraint(rules, tok, self.vocab_size, params.eos_token_ids, what)
+        if tools:
+            from kwker.tools import require_format, tool_constraint
+
+            tok = tokenizer if tokenizer is not None else self.tokenizer
+            if tok is None:
+                raise ValueError("an answer with tools needs the model's tokenizer")
+            if constraint is not None:
+                raise ValueError("give tools or a response format / grammar, not both")
+            constraint = tool_constraint(
+                require_format(tok), tools, tok, self.vocab_size, params.eos_token_ids,
+                tool_choice, parallel_tool_calls,
+            )  # fmt: skip
         return SequenceState(prompt, max_new_tokens, sampler, spec, tokenizer, logprobs, constraint)
 
     def check_draft(self, draft: StepDecoder) -> None:

@@ -50,10 +50,8 @@ class SequenceState:
         self.detok = StreamingDetokenizer(tokenizer) if tokenizer is not None else None
         self.eos = set(sampler.params.eos_token_ids)
         self.constraint = constraint
-        # greedy without processors or a grammar: the native argmax is the answer
-        self.fast = not sampler.needs_logits and constraint is None
         self.logprobs = logprobs  # None, or how many alternatives each chunk reports
-        self.wants_logits = not self.fast or logprobs is not None
+        self._set_fast()
         self.finish_reason: str | None = None
         self.error: BaseException | None = None  # why it failed (finish_reason "error")
         self._source: str | None = None
@@ -67,6 +65,14 @@ class SequenceState:
         self._planned_at = 0.0  # when the current decode step's plan began (its time: see absorb)
         # when prefill gave the first new token (perf_counter): decoding's wall-clock starts there
         self.first_token_at = 0.0
+
+    def _set_fast(self) -> None:
+        """Greedy without processors or an active grammar: the native argmax is the answer. A
+        tool constraint (kwker.tools) is active only inside a call, and changes only between
+        steps (see _verify), so each step is planned for what it needs."""
+        active = self.constraint is not None and getattr(self.constraint, "active", True)
+        self.fast = not self.sampler.needs_logits and not active
+        self.wants_logits = not self.fast or self.logprobs is not None
 
     def place(self, slot: int, reused: int) -> None:
         """The slot the sequence runs in, whose cache holds the prompt's first `reused` tokens."""
@@ -100,6 +106,7 @@ class SequenceState:
                 "last" if end == len(self.prompt) else "none",
             )
         self._planned_at = time.perf_counter()
+        self._set_fast()
         room = self.max_new_tokens - self.stats.new_tokens - 1
         forced = self.constraint.forced() if self.constraint is not None else []
         if forced and room > 0:  # the grammar's own proposal: no lookup, no draft this step
@@ -132,10 +139,12 @@ class SequenceState:
     def _pick(self, row: int, argmax, logits, new: list[int]) -> int:
         """The token for `row`, after the tokens so far and `new` (this step's picks before it)."""
         if self.fast:
+            if self.constraint is not None:  # an inactive one: it watches for a call's start
+                self.constraint.consume(argmax[row])
             return argmax[row]
         scores = logits[row]
-        if self.constraint is not None:  # the mask before the sampler (see kwker.constrained)
-            scores = self.constraint.masked(scores)
+        if self.constraint is not None and getattr(self.constraint, "active", True):
+            scores = self.constraint.masked(scores)  # before the sampler (see kwker.constrained)
         u = self.sampler.draw() if self.sampler.params.do_sample else None
         token = self.sampler.choose(scores, self.tokens + new, u)
         if self.constraint is not None:
@@ -201,12 +210,15 @@ class SequenceState:
                 rows.append(None if logits is None else logits[row])
                 if new[-1] in self.eos or self.stats.new_tokens + len(new) >= self.max_new_tokens:
                     return False
+                if getattr(self.constraint, "switched", False):
+                    # a call opened or closed: the rows after it were planned for the other mask
+                    return False
                 if row == len(cands) or new[-1] != cands[row]:
                     return row == len(cands)
             return True
 
         run(self._cands, argmax, logits)
-        if branch is not None:
+        if branch is not None and not getattr(self.constraint, "switched", False):
             i, tokens = self._branch
             if len(new) == i + 1 and self.stats.new_tokens + len(new) < self.max_new_tokens:
                 self.spec.branch_feedback(new[-1] == tokens[0])
