@@ -45,7 +45,9 @@ CHOICES = ("auto", "required", "none")
 _SEPARATORS = {"item_separator": ", ", "key_separator": ": ", "whitespace_flexible": False}
 # a call object's head, name first: from there its arguments can stream
 _HEAD = re.compile(r'\{\s*"name"\s*:\s*"((?:[^"\\]|\\.)*)"\s*,\s*"(?:arguments|parameters)"\s*:\s*')
-_BARE_START = '{"name":'
+# a bare call's start, whitespace squeezed out; Qwen2.5-Coder fences it as a JSON code block
+_BARE_STARTS = ('{"name":', '```json{"name":', '```{"name":')
+_FENCE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.S)
 
 
 class ToolError(ValueError):
@@ -371,7 +373,8 @@ class ToolCallParser:
                     text += mark
         out: list[str] = []
         deltas: list[CallDelta] = []
-        self._step(self._held + text, out, deltas)
+        s, self._held = self._held + text, ""
+        self._step(s, out, deltas)
         said = "".join(out)
         self.content += said
         return Parsed(said, deltas)
@@ -403,10 +406,10 @@ class ToolCallParser:
                 return
             if not self._started and self.fmt.bare and not self.calls:
                 squeezed = re.sub(r"\s+", "", s)
-                if squeezed.startswith(_BARE_START):
+                if squeezed.startswith(_BARE_STARTS):
                     self.phase = BARE
                     continue
-                if not squeezed or _BARE_START.startswith(squeezed):
+                if not squeezed or any(b.startswith(squeezed) for b in _BARE_STARTS):
                     self._held = s  # spaces, or maybe a bare call's start
                     return
             at = s.find(self.fmt.open)
@@ -448,7 +451,7 @@ class ToolCallParser:
         if self._head is None:
             stripped = visible.lstrip()
             m = _HEAD.match(stripped)
-            if m is None:
+            if m is None or m.end() == len(stripped):  # the spaces before the arguments wait
                 return
             self._head = len(visible) - len(stripped) + m.end()
             name = json.loads(f'"{m.group(1)}"')
@@ -484,7 +487,8 @@ class ToolCallParser:
 
     def _finish_bare(self, held: str, out: list[str], deltas: list[CallDelta]) -> None:
         self.phase = TEXT
-        if not self._emit_parsed(held, deltas):
+        fenced = _FENCE.match(held.strip())
+        if not self._emit_parsed(fenced.group(1) if fenced else held, deltas):
             out.append(held.strip())
 
 

@@ -12,6 +12,7 @@ from pydantic import ValidationError
 from kwker.sampling import SeededGenerator
 from kwker.serve.schema import ChatRequest, CompletionRequest, Unsupported
 from kwker.serve.security import error_body
+from kwker.tools import ToolError, check_tools, for_template, require_format
 
 # How deeply a request's JSON may nest. The requests Kwker serves nest a few levels (messages, their
 # content parts); a deeper body is refused before pydantic, an error message's repr() or json.dumps
@@ -78,13 +79,20 @@ def chat_ids(tokenizer, body: ChatRequest) -> list[int]:
         raise ApiError(
             400, "this model has no chat template; use /v1/completions", param="messages"
         )
+    kwargs = dict(body.chat_template_kwargs or {})
+    if body.tools_on:
+        try:
+            require_format(tokenizer)
+            kwargs["tools"] = check_tools(body.tools)
+        except ToolError as e:
+            raise ApiError(400, str(e), param="tools") from None
     try:
         ids = tokenizer.apply_chat_template(
-            [m.for_template() for m in body.messages],
+            for_template([m.for_template() for m in body.messages]),
             add_generation_prompt=True,
             tokenize=True,
             return_dict=True,
-            **(body.chat_template_kwargs or {}),
+            **kwargs,
         )["input_ids"]
     except Exception as e:  # noqa: BLE001  (a template's refusal is about the messages)
         raise ApiError(400, f"cannot apply the chat template: {e}", param="messages") from None
@@ -173,6 +181,7 @@ def sampling_options(body) -> dict:
         "frequency_penalty": body.frequency_penalty or None,
         "repetition_penalty": body.repetition_penalty,
         **body.constraint,
+        **getattr(body, "tool_options", {}),
     }
     if body.lookup is not None:
         opts["lookup"] = body.lookup

@@ -17,6 +17,7 @@ from kwker.serve.engine import END, Request
 from kwker.serve.requests import ApiError
 from kwker.serve.text import StopText
 from kwker.thinking import ThinkingSplitter
+from kwker.tools import CallDelta, ToolCallParser
 
 STATS_EVERY_S = 0.25  # a stream's chunks carry fresh statistics at most this often
 
@@ -73,15 +74,23 @@ class Piece:
     stats: dict | None
     finish: str | None
     thinking: str = ""
+    calls: list[CallDelta] | None = None  # the answer's tool calls' pieces (kwker.tools)
 
 
 async def pieces(
-    req: Request, pending: Pending, stops: StopText, split: ThinkingSplitter | None = None
-) -> AsyncIterator[Piece]:
+    req: Request, pending: Pending, stops: StopText, split: ThinkingSplitter | None = None,
+    tools: ToolCallParser | None = None,
+) -> AsyncIterator[Piece]:  # fmt: skip
     """The answer as it comes, for a stream and a whole answer alike: a stop sequence cancels the
     request and ends it with "stop"; the last piece always has a finish reason. With split, a
     thinking model's text is parted into thinking and answer (after the stop sequences, which
-    apply to what the model wrote)."""
+    apply to what the model wrote); with tools, the answer into text and tool calls (an answer
+    that called a tool ends with "tool_calls")."""
+    async for piece in _pieces(req, pending, stops, split):
+        yield _called(piece, tools)
+
+
+async def _pieces(req, pending, stops, split) -> AsyncIterator[Piece]:
     async for chunk, fresh in pending.items():
         text, finish = stops.feed(chunk.text), None
         if stops.stopped:
@@ -95,6 +104,20 @@ async def pieces(
             return
     # ended without a last chunk: the server stopped it
     yield _parted(Piece("", None, None, finish_reason(req.seq.finish_reason)), split)
+
+
+def _called(piece: Piece, tools: ToolCallParser | None) -> Piece:
+    if tools is None:
+        return piece
+    token = piece.chunk.token if piece.chunk is not None else None
+    text, calls = tools.feed(piece.text, token)
+    if piece.finish:
+        last = tools.flush()
+        text, calls = text + last.text, calls + last.calls
+        if tools.calls and piece.finish == "stop":
+            piece.finish = "tool_calls"
+    piece.text, piece.calls = text, calls
+    return piece
 
 
 def _parted(piece: Piece, split: ThinkingSplitter | None) -> Piece:
@@ -114,14 +137,14 @@ class Shapes:
 
     def __init__(
         self, model_name: str, chat: bool, spelled, with_usage: bool = False,
-        split: ThinkingSplitter | None = None,
+        split: ThinkingSplitter | None = None, tools: ToolCallParser | None = None,
     ):  # fmt: skip
         """spelled(token) -> the token's bytes (for logprobs); with_usage: a stream's last event
         carries usage (stream_options.include_usage); split: a thinking model's chat answer is
         parted by it (its thinking is the message's reasoning_content, as vLLM and llama.cpp's
         server return it)."""
         self.model, self.chat, self.spelled, self.with_usage = model_name, chat, spelled, with_usage
-        self.split = split
+        self.split, self.tools = split, tools
         self.id = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex[:24]
 
     def logprobs_of(self, chunk):
@@ -167,11 +190,13 @@ class Shapes:
         data.update(extra)
         return f"data: {json.dumps(data)}\n\n"
 
-    def delta(self, text: str, logprobs=None, finish=None, thinking: str = "") -> dict:
+    def delta(self, text: str, logprobs=None, finish=None, thinking: str = "", calls=None) -> dict:
         if self.chat:
             delta = {"reasoning_content": thinking} if thinking else {}
-            if text or (finish is None and not thinking):
+            if text or (finish is None and not thinking and not calls):
                 delta["content"] = text
+            if calls:
+                delta["tool_calls"] = [_call_delta(c) for c in calls]
             lp = {"content": [logprobs]} if logprobs else None
             return {"index": 0, "delta": delta, "logprobs": lp, "finish_reason": finish}
         return {"index": 0, "text": text, "logprobs": logprobs, "finish_reason": finish}
@@ -191,6 +216,9 @@ class Shapes:
         choice = {"index": 0, "finish_reason": finish}
         if self.chat:
             choice["message"] = {"role": "assistant", "content": text}
+            if self.tools is not None and self.tools.calls:
+                choice["message"]["content"] = text or None
+                choice["message"]["tool_calls"] = [c.to_openai() for c in self.tools.calls]
             if self.split is not None:
                 choice["message"]["reasoning_content"] = thinking or None
             choice["logprobs"] = {"content": logprobs} if logprobs is not None else None
@@ -205,6 +233,15 @@ class Shapes:
             "choices": [choice],
             "usage": self.usage(prompt_len, n, stats),
         }
+
+
+def _call_delta(c: CallDelta) -> dict:
+    """A tool call's piece as OpenAI streams it: id, type and name on its first piece only."""
+    out: dict = {"index": c.index}
+    if c.id is not None:
+        out |= {"id": c.id, "type": "function"}
+    out["function"] = {"arguments": c.arguments} | ({"name": c.name} if c.name else {})
+    return out
 
 
 def _columns(entries: list[dict]) -> dict:

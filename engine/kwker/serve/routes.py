@@ -9,8 +9,9 @@ both a stream of server-sent events and a whole answer. When the
 client goes away, the request is cancelled and leaves the batch before the next step, streaming
 or not.
 
-Responses follow OpenAI's shapes; finish_reason is "stop" (end of text or a stop sequence) or
-"length". usage carries Kwker's own figures as usage["kwker"] (GenerationStats.summary(): speed,
+Responses follow OpenAI's shapes; finish_reason is "stop" (end of text or a stop sequence),
+"length", or "tool_calls" (the answer called tools: kwker.tools; tool_calls in the message, and
+streamed as deltas: id and name first, then the arguments' fragments). usage carries Kwker's own figures as usage["kwker"] (GenerationStats.summary(): speed,
 speculation), and a stream's chunks carry them as "kwker" every STATS_EVERY_S. A thinking model's
 chat answer (kwker.thinking) has its thinking apart, as vLLM and llama.cpp's server give it: the
 message's and the deltas' reasoning_content, and usage's completion_tokens_details.
@@ -45,6 +46,7 @@ from kwker.serve.schema import ChatRequest, CompletionRequest
 from kwker.serve.security import DEFAULT_MAX_BODY, LOOPBACK_NAMES, Guard
 from kwker.serve.text import StopText, token_bytes
 from kwker.thinking import ThinkingSplitter, starts_inside, thinking_format
+from kwker.tools import ToolCallParser, ToolError, tool_format
 
 
 class Routes:
@@ -85,6 +87,8 @@ class Routes:
             )  # fmt: skip
         except QueueFull as e:
             raise ApiError(429, str(e), "rate_limit_error", "rate_limit_exceeded") from None
+        except ToolError as e:
+            raise ApiError(400, str(e), param="tools") from None
         except ConstraintError as e:
             name = "grammar" if body.grammar is not None else "response_format"
             raise ApiError(400, str(e), param=name) from None
@@ -100,18 +104,18 @@ class Routes:
         param = "messages" if chat else "prompt"
         fmt = thinking_format(self.tokenizer) if chat else None
         split = ThinkingSplitter(fmt, starts_inside(self.tokenizer, ids, fmt)) if fmt else None
-        return body, len(ids), self.submit(body, ids, pending, param, tenant), split
+        tools = ToolCallParser(tool_format(self.tokenizer)) if chat and body.tools_on else None
+        return body, len(ids), self.submit(body, ids, pending, param, tenant), split, tools
 
     async def generate(self, request: HttpRequest, schema):
         raw = await request.body()
         pending = Pending(asyncio.get_running_loop())
         tenant = request.scope.get("kwker.tenant")  # the key's name (kwker.serve.security)
-        body, prompt_len, req, split = await run_in_threadpool(
+        body, prompt_len, req, split, tools = await run_in_threadpool(
             self.prepare, schema, raw, pending, tenant
         )
-        shapes = Shapes(
-            self.model_name, schema is ChatRequest, self.spelled, body.include_usage, split
-        )
+        chat = schema is ChatRequest
+        shapes = Shapes(self.model_name, chat, self.spelled, body.include_usage, split, tools)
         answer = self.stream if body.stream else self.collect
         return await answer(request, req, pending, body, prompt_len, shapes)
 
@@ -123,13 +127,15 @@ class Routes:
                 if shapes.opening():
                     yield shapes.opening()
                 stops = StopText(body.stop_sequences)
-                async for piece in pieces(req, pending, stops, shapes.split):
+                async for piece in pieces(req, pending, stops, shapes.split, shapes.tools):
                     n += piece.chunk is not None
                     stats = piece.stats or stats
                     lp = shapes.logprobs_of(piece.chunk)
-                    if piece.text or piece.thinking or lp:
+                    if piece.text or piece.thinking or lp or piece.calls:
                         extra = {"kwker": piece.stats} if piece.stats else {}
-                        delta = shapes.delta(piece.text, lp, thinking=piece.thinking)
+                        delta = shapes.delta(
+                            piece.text, lp, thinking=piece.thinking, calls=piece.calls
+                        )
                         yield shapes.event([delta], **extra)
                     if piece.finish:
                         closing = shapes.delta("", finish=piece.finish)
@@ -147,7 +153,8 @@ class Routes:
 
         async def gather():
             parts, thoughts, lps, n, stats, finish = [], [], [], 0, None, None
-            async for piece in pieces(req, pending, StopText(body.stop_sequences), shapes.split):
+            stops = StopText(body.stop_sequences)
+            async for piece in pieces(req, pending, stops, shapes.split, shapes.tools):
                 n += piece.chunk is not None
                 stats = piece.stats or stats
                 parts.append(piece.text)

@@ -123,12 +123,29 @@ class TextPart(BaseModel):
     text: Text
 
 
+class FunctionCall(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: Text
+    arguments: Text  # JSON text, as OpenAI gives it back
+
+
+class ToolCallIn(BaseModel):
+    """An earlier answer's tool call, as this server returned it."""
+
+    model_config = ConfigDict(extra="forbid")
+    id: Text
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
 class Message(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    # "developer" is OpenAI's newer name for "system"; no tools here, so no "tool" messages
-    role: Literal["system", "developer", "user", "assistant"]
+    # "developer" is OpenAI's newer name for "system"; "tool" carries a tool's result
+    role: Literal["system", "developer", "user", "assistant", "tool"]
     content: Text | list[TextPart] | None = None
     name: Text | None = None
+    tool_calls: list[ToolCallIn] | None = None  # an earlier answer's calls
+    tool_call_id: Text | None = None  # the call a tool message answers
     # an earlier answer's thinking, as this server and vLLM return it: the template decides
     # whether it goes into the prompt (Qwen3's keeps it only after the last question)
     reasoning_content: Text | None = None
@@ -143,6 +160,10 @@ class Message(BaseModel):
         out = {"role": role, "content": content or ""}
         if self.reasoning_content and role == "assistant":
             out["reasoning_content"] = self.reasoning_content
+        if self.tool_calls and role == "assistant":
+            out["tool_calls"] = [c.model_dump() for c in self.tool_calls]
+        if role == "tool" and self.tool_call_id is not None:
+            out["tool_call_id"] = self.tool_call_id
         return out
 
 
@@ -159,9 +180,9 @@ class ChatRequest(Sampling):
     max_completion_tokens: Annotated[int, Field(strict=True, ge=1)] | None = None
     logprobs: Flag = False
     top_logprobs: Annotated[int, Field(strict=True, ge=0, le=20)] | None = None
-    # tools and structured output: named so that their refusal says what it is
-    tools: list | None = None
-    tool_choice: object | None = None
+    # OpenAI's tools (kwker.tools); the older functions / function_call are refused by name
+    tools: list[dict] | None = None
+    tool_choice: Literal["auto", "none", "required"] | dict | None = None
     functions: list | None = None
     function_call: object | None = None
     parallel_tool_calls: Flag | None = None
@@ -177,12 +198,39 @@ class ChatRequest(Sampling):
                 "chat_template_kwargs",
                 f"chat_template_kwargs takes the template's variables, not {reserved[0]!r}",
             )
-        for name in ("tools", "tool_choice", "functions", "function_call"):
+        for name in ("functions", "function_call"):
             if getattr(self, name):
-                raise Unsupported(name, f"{name} is not supported by this server (no tool calls)")
+                raise Unsupported(name, f"{name} is not supported by this server: use tools")
+        if self.tool_choice is not None and not self.tools:
+            raise Unsupported("tool_choice", "tool_choice is only allowed when tools are given")
+        if self.tools_on and (self.response_format or self.grammar is not None):
+            raise Unsupported("tools", "give tools or a response_format / grammar, not both")
+        if isinstance(self.tool_choice, dict):
+            name = (self.tool_choice.get("function") or {}).get("name")
+            names = [(t.get("function") or {}).get("name") for t in self.tools or ()]
+            if self.tool_choice.get("type") != "function" or name not in names:
+                raise Unsupported(
+                    "tool_choice",
+                    "tool_choice names a function of the tools: {'type': 'function', "
+                    "'function': {'name': ...}}",
+                )
         if self.top_logprobs is not None and not self.logprobs:
             raise Unsupported("top_logprobs", "top_logprobs needs logprobs: true")
         return self
+
+    @property
+    def tools_on(self) -> bool:
+        """Whether the answer may call the tools. tool_choice "none" leaves them out of the
+        prompt too: the model answers in text, as if it had none."""
+        return bool(self.tools) and self.tool_choice != "none"
+
+    @property
+    def tool_options(self) -> dict:
+        """The engine's options for the tools (see kwker.tools), {} for none."""
+        if not self.tools_on:
+            return {}
+        return {"tools": self.tools, "tool_choice": self.tool_choice or "auto",
+                "parallel_tool_calls": self.parallel_tool_calls is not False}  # fmt: skip
 
     @property
     def token_limit(self) -> int | None:
