@@ -42,7 +42,6 @@ def measure(
     from kwker.decode import KwkDecoder
 
     ids = tokenizer(text(), return_tensors="pt")["input_ids"][0, :max_tokens]
-    targets = ids[1:]
 
     def log_probs(precision):
         dec = KwkDecoder(model, max_cache_len=len(ids), precision=precision, threads=threads)
@@ -52,18 +51,7 @@ def measure(
     rows = []
 
     def row(name, logp):
-        nll = -logp[:-1].gather(1, targets[:, None]).mean()
-        kl = (reference.exp() * (reference - logp)).sum(-1).mean()
-        top1 = (reference.argmax(-1) == logp.argmax(-1)).double().mean()
-        rows.append(
-            {
-                "precision": name,
-                "tokens": len(ids),
-                "perplexity": float(nll.exp()),
-                "mean_kl_vs_fp32": float(kl),
-                "top1_agreement_vs_fp32": float(top1),
-            }
-        )
+        rows.append(score(name, reference, logp, ids))
 
     for precision in precisions:
         row(precision, reference if precision == "fp32" else log_probs(precision))
@@ -76,6 +64,21 @@ def measure(
     for name, path in (ggufs or {}).items():
         row(name, llama_cpp_log_probs(path, ids.tolist(), threads))
     return rows
+
+
+def score(name: str, reference, logp, ids) -> dict:
+    """A row of the table: logp ([tokens, vocab] next-token log-probabilities after each of ids)
+    scored on the text's next tokens and against the fp32 model's, `reference`."""
+    nll = -logp[:-1].gather(1, ids[1:, None]).mean()
+    kl = (reference.exp() * (reference - logp)).sum(-1).mean()
+    top1 = (reference.argmax(-1) == logp.argmax(-1)).double().mean()
+    return {
+        "precision": name,
+        "tokens": len(ids),
+        "perplexity": float(nll.exp()),
+        "mean_kl_vs_fp32": float(kl),
+        "top1_agreement_vs_fp32": float(top1),
+    }
 
 
 def llama_cpp_log_probs(path, ids: list[int], threads: int | None = None) -> torch.Tensor:
@@ -120,9 +123,15 @@ def llama_cpp_ggufs(model_spec) -> dict:
 
 
 # The GGUF types kwker reads, written from the same weights: by the gguf package (the first five)
-# and by llama.cpp's quantizer (its K-quant recipes, when llama-cpp-python is installed)
+# and by llama.cpp's quantizer (its K-quant and i-quant recipes, when llama-cpp-python is
+# installed). Not the IQ2_S and lower i-quants, which llama.cpp writes only with an importance
+# matrix it cannot compute here, nor TQ1_0 / TQ2_0, which hold only ternary-trained weights (of
+# any other model they keep nothing: scripts/iquant_quality.py, perf-notes #43). A recipe keeps
+# the rows whose length is not a multiple of 256 in a 32-value type (IQ4_NL for the i-quants): in
+# SmolLM2 (576) and Qwen2.5 0.5B (896) that is most matrices.
 FILE_TYPES = ("Q8_0", "Q5_1", "Q5_0", "Q4_1", "Q4_0")
-RECIPE_TYPES = ("Q6_K", "Q5_K_M", "Q4_K_M", "Q3_K_M", "Q2_K")
+RECIPE_TYPES = ("Q6_K", "Q5_K_M", "Q4_K_M", "Q3_K_M", "Q2_K", "IQ4_NL", "IQ4_XS", "IQ3_S",
+                "IQ3_XXS")  # fmt: skip
 
 
 def kwker_file_rows(model_spec, out=print) -> dict:

@@ -79,6 +79,19 @@ LLAMA_FTYPES = {
     "Q4_K_M": "LLAMA_FTYPE_MOSTLY_Q4_K_M",
     "Q5_K_M": "LLAMA_FTYPE_MOSTLY_Q5_K_M",
     "Q6_K": "LLAMA_FTYPE_MOSTLY_Q6_K",
+    # the i-quant and ternary recipes; llama.cpp refuses IQ2_XXS, IQ2_XS, IQ2_S, IQ1_S and IQ1_M
+    # without an importance matrix, which llama-cpp-python cannot compute
+    "IQ4_NL": "LLAMA_FTYPE_MOSTLY_IQ4_NL",
+    "IQ4_XS": "LLAMA_FTYPE_MOSTLY_IQ4_XS",
+    "IQ3_S": "LLAMA_FTYPE_MOSTLY_IQ3_S",
+    "IQ3_XXS": "LLAMA_FTYPE_MOSTLY_IQ3_XXS",
+    "IQ2_S": "LLAMA_FTYPE_MOSTLY_IQ2_S",
+    "IQ2_XS": "LLAMA_FTYPE_MOSTLY_IQ2_XS",
+    "IQ2_XXS": "LLAMA_FTYPE_MOSTLY_IQ2_XXS",
+    "IQ1_M": "LLAMA_FTYPE_MOSTLY_IQ1_M",
+    "IQ1_S": "LLAMA_FTYPE_MOSTLY_IQ1_S",
+    "TQ2_0": "LLAMA_FTYPE_MOSTLY_TQ2_0",
+    "TQ1_0": "LLAMA_FTYPE_MOSTLY_TQ1_0",
 }
 
 
