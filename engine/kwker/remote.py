@@ -50,6 +50,9 @@ class RemoteChunk:
     # a thinking model's thinking, which the server sent apart (reasoning_content: Kwker, vLLM,
     # llama.cpp's server; vLLM's newer "reasoning")
     thinking: str = ""
+    # on the last chunk, the tool calls the answer made ({id, name, arguments: JSON text}), put
+    # together from the server's tool_calls deltas
+    tool_calls: list[dict] | None = None
 
 
 def normalize_url(url: str) -> str:
@@ -253,14 +256,17 @@ class RemoteModel:
         return explain(e, self.base_url, self.model, bool(self.api_key), midway)
 
     def stream_chat(self, messages: list[dict], max_tokens: int | None = None,
-                    template_kwargs: dict | None = None,
+                    template_kwargs: dict | None = None, tools: list[dict] | None = None,
                     **sampling) -> Iterator[RemoteChunk]:  # fmt: skip
         """The answer to messages (role/content dicts) as it streams. sampling: temperature,
         top_p, seed (None values are left out); template_kwargs: the chat template's variables
         ({"enable_thinking": False}), sent as vLLM's chat_template_kwargs (only when given: a
-        server without them may refuse the field). Closing the generator closes the HTTP
+        server without them may refuse the field); tools: OpenAI's function list (only when
+        given), the calls coming back on the last chunk. Closing the generator closes the HTTP
         response, which tells the server to stop generating. Raises RemoteError."""
         params = {k: v for k, v in sampling.items() if v is not None}
+        if tools:
+            params["tools"] = tools
         if template_kwargs:
             params["extra_body"] = {"chat_template_kwargs": template_kwargs}
         meter = _Meter()
@@ -290,6 +296,7 @@ class RemoteModel:
 
     def _pieces(self, stream, meter: _Meter) -> Iterator[RemoteChunk]:
         reason, server_stats, usage = None, None, None
+        calls: dict[int, dict] = {}  # the tool calls, by their index, as their deltas arrive
         sent = meter.t0
         try:
             for chunk in stream:
@@ -304,6 +311,12 @@ class RemoteModel:
                 thought = _reasoning(choice.delta) if choice is not None else ""
                 if choice is not None and choice.finish_reason:
                     reason = choice.finish_reason
+                for d in (choice.delta.tool_calls or ()) if choice is not None else ():
+                    call = calls.setdefault(d.index, {"id": "", "name": "", "arguments": ""})
+                    call["id"] = d.id or call["id"]
+                    if d.function is not None:
+                        call["name"] += d.function.name or ""
+                        call["arguments"] += d.function.arguments or ""
                 if text or thought:
                     meter.piece()
                 now = time.perf_counter()
@@ -329,7 +342,8 @@ class RemoteModel:
             if server_stats is not None
             else meter.summary(usage)
         )
-        yield RemoteChunk("", final, finish_reason=reason)
+        yield RemoteChunk("", final, finish_reason=reason,
+                          tool_calls=[calls[i] for i in sorted(calls)] or None)  # fmt: skip
 
     @staticmethod
     def _server_figures(stats: dict, meter: _Meter) -> dict:
