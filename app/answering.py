@@ -34,6 +34,7 @@ class Answering(QObject):
         worker.window.connect(self._on_window)
         worker.chunk.connect(self._on_chunk)
         worker.thought.connect(self._on_thought)
+        worker.tool_call.connect(self._on_tool_call)
         worker.finished.connect(self._on_finished)
         worker.failed.connect(self._on_failed)
         self.retry = QTimer(self, interval=RETRY_MS)
@@ -46,8 +47,8 @@ class Answering(QObject):
         messages = self.store.messages(cid)
         # an answer's thinking goes along apart: the backend gives it to the template only as
         # the template wants it (kwker.thinking.for_template)
-        history = [{"role": m.role, "content": m.content, "thinking": m.thinking}
-                   for m in messages]  # fmt: skip
+        history = [{"role": m.role, "content": m.content, "thinking": m.thinking,
+                    "tool_calls": m.tool_calls} for m in messages]  # fmt: skip
         start = window_start(messages, self.store.conversation(cid).context_from)
         self.answer.start(cid, [m.id for m in messages], continued)
         self.generating = True
@@ -72,8 +73,14 @@ class Answering(QObject):
             self.answer.add_thinking(text)
             self.streamed.emit()
 
+    def _on_tool_call(self, call: dict) -> None:
+        if self.answer.mid is not None:
+            self.answer.set_tool_call(call)
+            self.streamed.emit()
+
     def _on_finished(self, reason: str, stats: dict) -> None:
-        if reason == "cut" and not (self.answer.text or self.answer.thinking):  # nothing to keep
+        a = self.answer
+        if reason == "cut" and not (a.text or a.thinking or a.tool_calls):  # nothing to keep
             self._on_failed(stats["error"])
             return
         saved = self.answer.finish({**stats, "finish_reason": reason})

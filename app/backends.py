@@ -17,8 +17,15 @@ cost a few medians, and the window draws at most every 33 ms. Figures are Genera
 keys plus elapsed_s; a remote answer's also say who measured them (measured: "server" for a Kwker
 server, which reports the same keys, "client" for any other, see kwker.remote). A thinking model's
 answer (kwker.thinking) adds thinking_tokens and thinking_s: how much of it, and how long, was
-thinking. Messages are {role, content, thinking} dicts: the thinking goes back into a prompt only
-as the model's template wants it (kwker.thinking.for_template), never to a server."""
+thinking. Messages are {role, content, thinking, tool_calls} dicts: the thinking goes back into a
+prompt only as the model's template wants it (kwker.thinking.for_template), never to a server; an
+answer's tool calls become the turns the template or the server wants (kwker.app.tool_calls).
+
+tools (OpenAI's function list; kwker.app.tool_calls.functions) are offered to the model: a local
+one's template gets them and its calls are parted from its text as they stream (kwker.tools: their
+arguments follow the tool's schema), a server gets them as `tools` and sends its calls apart. Either
+way the pieces carry the answer's text only, and `answer.tool_calls` holds the calls at the end
+(kwker.tools.ToolCall: id, name, arguments as JSON text); the worker runs them and asks again."""
 
 from __future__ import annotations
 
@@ -29,6 +36,7 @@ from kwker.app import keys
 from kwker.app.context_window import answer_reserve, fit_prompt
 from kwker.app.documents import build_context, with_documents
 from kwker.app.settings import generation_options, remote_sampling
+from kwker.app.tool_calls import CallParts, expand, for_server
 from kwker.remote import AUTH, NOT_FOUND, RemoteError, RemoteModel, list_models, normalize_url
 from kwker.thinking import (
     ANSWER,
@@ -40,6 +48,8 @@ from kwker.thinking import (
     template_kwargs,
     thinking_format,
 )
+from kwker.tools import ToolCall, ToolCallParser, new_call_id, tool_format
+from kwker.tools import for_template as tools_for_template
 
 STATS_EVERY_S = 0.05  # local pieces carry fresh statistics at most this often (the window draws
 # at most every 33 ms; the speedup's medians cost more than a token's other work)
@@ -77,6 +87,9 @@ class LocalBackend:
         # whether the model thinks, and whether its template can turn that off (the Think toggle)
         info["thinks"] = self.thinking is not None
         info["think_switch"] = bool(self.thinking and self.thinking.switch)
+        # how the model writes tool calls (None: its template takes no tools: none are offered)
+        self.tool_format = tool_format(self.tokenizer) if chat else None
+        info["tools"] = self.tool_format is not None
 
     @classmethod
     def load(cls, opts: dict, progress) -> LocalBackend:
@@ -119,44 +132,56 @@ class LocalBackend:
         info["base"] = bool(listed and listed.base) or not info["chat_template"]
         return cls(decoder, draft, info)
 
-    def _prompt_ids(self, messages: list[dict], think: bool | None = None) -> list[int]:
+    def _prompt_ids(
+        self, messages: list[dict], think: bool | None = None, tools: list | None = None
+    ) -> list[int]:
         """The prompt for messages; one that ends with an answer (cut at max_new_tokens) is the
         prompt of that answer followed by its text (its thinking's too, as the model wrote it),
-        which the model then continues. think: a thinking model's enable_thinking (None: its
-        template's default)."""
+        which the model then continues; one whose answer ends with a tool's result is the prompt
+        of a new answer after it. think: a thinking model's enable_thinking (None: its template's
+        default); tools: those the model is offered."""
         fmt = self.thinking
-        if messages and messages[-1]["role"] == "assistant":
-            prompt = self._prompt_ids(messages[:-1], think)
-            last = messages[-1]
+        turns = expand(messages)
+        if turns and turns[-1]["role"] == "assistant":
+            prompt = self._render(turns[:-1], think, tools)
+            last = turns[-1]
             text = last["content"]
             if fmt is not None and last.get("thinking"):
                 inside = starts_inside(self.tokenizer, prompt, fmt)
                 text = raw_text(fmt, last["thinking"], text, inside)
             return prompt + list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+        return self._render(turns, think, tools)
+
+    def _render(self, turns: list[dict], think: bool | None, tools: list | None) -> list[int]:
+        fmt = self.thinking
         if getattr(self.tokenizer, "chat_template", None):
+            extra = template_kwargs(fmt, think) | ({"tools": tools} if tools else {})
             return list(
                 self.tokenizer.apply_chat_template(
-                    [for_template(m, fmt) for m in messages], add_generation_prompt=True,
-                    tokenize=True, return_dict=True, **template_kwargs(fmt, think),
+                    [for_template(m, fmt) for m in tools_for_template(turns)],
+                    add_generation_prompt=True, tokenize=True, return_dict=True, **extra,
                 )["input_ids"]
             )  # fmt: skip
-        text = "\n\n".join(m["content"] for m in messages) + "\n\n"
+        text = "\n\n".join(m["content"] for m in turns) + "\n\n"
         return self.tokenizer(text)["input_ids"]
 
     def answer(
         self, messages: list[dict], settings: dict, start: int, documents: list[dict] = (),
-        draft: bool = True,
+        draft: bool = True, tools: list | None = None,
     ) -> LocalAnswer:  # fmt: skip
         """Answers messages from the rolling window's start so far (kwker.app.context_window),
         from the attached documents ({name, text} dicts) that fit beside them. draft=False leaves
-        the draft model out (the split view's plain run)."""
+        the draft model out (the split view's plain run); tools: see the module's doc (left out
+        for a model whose template takes none)."""
         max_new = int(settings["max_new_tokens"])
         context = self.decoder.max_cache_len
         think = settings.get("think")
+        tools = tools if self.tool_format is not None else None
 
         def fit(msgs: list[dict], first: int):
             return fit_prompt(
-                lambda m: self._prompt_ids(m, think), settings.get("system_prompt", "").strip(),
+                lambda m: self._prompt_ids(m, think, tools),
+                settings.get("system_prompt", "").strip(),
                 msgs, first, context, max_new, settings["context_overflow"],
             )  # fmt: skip
 
@@ -173,17 +198,26 @@ class LocalBackend:
         opts = generation_options(settings)
         if self.draft is not None and draft:
             opts["draft"] = self.draft
+        if tools:  # a call's arguments follow its tool's schema (kwker.tools)
+            opts.update(tools=tools, tool_choice="auto")
         stream = self.decoder.stream_generate(
             prompt.ids, min(max_new, prompt.room), tokenizer=self.tokenizer, **opts
         )
-        return LocalAnswer(prompt.start, stream, cited, self._splitter(messages, prompt.ids))
+        calls = None
+        if tools:
+            names = [t["function"]["name"] for t in tools]
+            fmt = self.tool_format
+            calls = CallParts(ToolCallParser(fmt), names, lambda: new_call_id(fmt))
+        return LocalAnswer(prompt.start, stream, cited, self._splitter(messages, prompt.ids), calls)
 
     def _splitter(self, messages: list[dict], ids: list[int]) -> ThinkingSplitter | None:
         """A thinking model's splitter for the answer to prompt `ids`; a continued answer goes on
-        where it was cut (in its thinking when it has no answer text yet)."""
+        where it was cut (in its thinking when it has no answer text yet); an answer after a
+        tool's result is a new turn."""
         if self.thinking is None:
             return None
-        last = messages[-1] if messages else {}
+        turns = expand(messages[-1:])
+        last = turns[-1] if turns and turns[-1]["role"] == "assistant" else {}
         if last.get("role") == "assistant" and (last.get("content") or last.get("thinking")):
             phase = ANSWER if last.get("content") else THINKING
             return ThinkingSplitter(self.thinking, phase=phase)
@@ -194,9 +228,12 @@ class LocalBackend:
 
 
 class LocalAnswer:
-    def __init__(self, start: int, stream, documents: list[dict] = (), split=None):
-        """split: a thinking model's ThinkingSplitter (None: the text is all answer)."""
+    def __init__(self, start: int, stream, documents: list[dict] = (), split=None, calls=None):
+        """split: a thinking model's ThinkingSplitter (None: the text is all answer); calls: a
+        kwker.app.tool_calls.CallParts when tools were offered."""
         self.start, self._stream, self.documents = start, stream, list(documents)
+        self._calls = calls
+        self.tool_calls: list[ToolCall] = []
         self._t0 = time.perf_counter()
         self._last = None  # the latest GenerationStats
         self._split = split
@@ -214,6 +251,11 @@ class LocalAnswer:
                     thinking, text = thinking + last.thinking, text + last.answer
                 if self._thought_s is None and self._split.phase == ANSWER:
                     self._thought_s = now - self._t0
+            if self._calls is not None:  # the calls' text is parted from the answer's
+                text = self._calls.feed(text, None if thinking else c.token)
+                if c.finish_reason:
+                    text += self._calls.flush()
+                    self.tool_calls = list(self._calls.calls)
             fresh = now - sent >= STATS_EVERY_S
             if fresh:
                 sent = now
@@ -268,20 +310,24 @@ class RemoteBackend:
         return cls(RemoteModel(url, name, key), info)
 
     def answer(
-        self, messages: list[dict], settings: dict, start: int, documents: list[dict] = ()
-    ) -> RemoteAnswer:
+        self, messages: list[dict], settings: dict, start: int, documents: list[dict] = (),
+        tools: list | None = None,
+    ) -> RemoteAnswer:  # fmt: skip
         system = settings.get("system_prompt", "").strip()
-        # role and content only: an earlier answer's thinking stays here
-        turns = [{"role": m["role"], "content": m["content"]} for m in messages]
+        # role and content (and calls): an earlier answer's thinking stays here
+        turns = for_server(expand(messages))
         chat = ([{"role": "system", "content": system}] if system else []) + turns
         cited = []
-        if documents:  # the server's context is not known here: a budget most servers have room for
+        # the server's context is not known here: a budget most servers have room for (the first
+        # question's: an answer's later rounds, after a tool's result, go without)
+        if documents and chat[-1]["role"] == "user":
             docs = build_context(documents, chat[-1]["content"], REMOTE_DOCUMENT_TOKENS, _estimate)
             chat[-1] = {**chat[-1], "content": with_documents(chat[-1]["content"], docs)}
             cited = docs.cited
         chunks = self.model.stream_chat(
-            chat, max_tokens=int(settings["max_new_tokens"]), **remote_sampling(settings)
-        )
+            chat, max_tokens=int(settings["max_new_tokens"]), tools=tools or None,
+            **remote_sampling(settings),
+        )  # fmt: skip
         return RemoteAnswer(chunks, cited)
 
 
@@ -304,9 +350,14 @@ class RemoteAnswer:
         self._t0 = time.perf_counter()
         self._thought = 0  # the server's thinking deltas (one token each, as servers send them)
         self._thought_s = 0.0
+        self.tool_calls: list[ToolCall] = []
 
     def __iter__(self):
         for c in self._chunks:
+            for call in c.tool_calls or ():  # on the last chunk: {id, name, arguments}
+                self.tool_calls.append(
+                    ToolCall(call["id"] or new_call_id(None), call["name"], call["arguments"])
+                )
             if c.thinking:
                 self._thought += 1
                 self._thought_s = time.perf_counter() - self._t0

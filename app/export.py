@@ -2,7 +2,8 @@
 settings, every branch and each answer's statistics) and a self-contained HTML page (the branch on
 screen, code highlighted with Pygments when it is installed, no external resources). A thinking
 model's thinking goes with its answer: a closed <details> block above it in Markdown and HTML, a
-"thinking" field in JSON."""
+"thinking" field in JSON. So do an answer's tool calls: a closed <details> block each, where it
+was made in the text, with its arguments and whole result; a "tool_calls" field in JSON."""
 
 from __future__ import annotations
 
@@ -44,7 +45,8 @@ def to_markdown(store: Store, cid: int) -> str:
                 f"<details><summary>Thinking{_about(m.stats)}</summary>\n\n"
                 f"{html.escape(m.thinking)}\n\n</details>\n\n"
             )
-        parts.append(f"**{WHO.get(m.role, m.role)}{versions}:**\n\n{thinking}{m.content}\n")
+        text = _with_calls(m, lambda t: t, _call_markdown)
+        parts.append(f"**{WHO.get(m.role, m.role)}{versions}:**\n\n{thinking}{text}\n")
     return "\n".join(parts)
 
 
@@ -67,6 +69,7 @@ def to_json(store: Store, cid: int, model: dict | None, settings: dict) -> str:
                     "role": m.role,
                     "content": m.content,
                     "thinking": m.thinking,
+                    "tool_calls": m.tool_calls,
                     "created": m.created,
                     "complete": m.complete,
                     "stats": m.stats,
@@ -76,6 +79,40 @@ def to_json(store: Store, cid: int, model: dict | None, settings: dict) -> str:
         },
         indent=2,
         ensure_ascii=False,
+    )
+
+
+def _with_calls(m, text, call) -> str:
+    """An answer's text (each part through `text`) with its tool calls (through `call`) where
+    they were made."""
+    from kwker.app.render import segments
+
+    parts = segments(m.content, m.tool_calls)
+    return "".join(call(p) if isinstance(p, dict) else text(m.content[p[0] : p[1]]) for p in parts)
+
+
+def _call_summary(call: dict) -> str:
+    from kwker.app.render import TOOL_STATUS
+
+    where = f"{call['server']} · {call['tool']}" if call.get("server") else call["name"]
+    return f"Tool call: {where} ({TOOL_STATUS.get(call['status'], call['status'])})"
+
+
+def _call_markdown(call: dict) -> str:
+    args = json.dumps(call.get("arguments", {}), indent=2, ensure_ascii=False)
+    return (
+        f"\n\n<details><summary>{html.escape(_call_summary(call))}</summary>\n\n"
+        f"Arguments:\n\n<pre>{html.escape(args)}</pre>\n\n"
+        f"Result:\n\n<pre>{html.escape(call.get('result', ''))}</pre>\n\n</details>\n\n"
+    )
+
+
+def _call_html(call: dict) -> str:
+    args = json.dumps(call.get("arguments", {}), indent=2, ensure_ascii=False)
+    return (
+        f'<details class="toolcall"><summary>{html.escape(_call_summary(call))}</summary>'
+        f"<p>Arguments</p><pre>{html.escape(args)}</pre>"
+        f"<p>Result</p><pre>{html.escape(call.get('result', ''))}</pre></details>"
     )
 
 
@@ -123,6 +160,9 @@ h1 { font-size: 1.6em; border-bottom: 1px solid #d0d7de; padding-bottom: .3em; }
 details.thinking { color: #59636e; border-left: 3px solid #d0d7de; padding-left: .8em;
                    margin: .3em 0 .8em; }
 details.thinking summary { cursor: pointer; font-size: .9em; }
+details.toolcall { border: 1px solid #d0d7de; border-radius: 6px; padding: .3em .8em;
+                   margin: .5em 0; font-size: .9em; }
+details.toolcall summary { cursor: pointer; }
 pre { background: #f8f8f8; border: 1px solid #d0d7de; border-radius: 6px; padding: .8em;
       overflow-x: auto; }
 code { font: .9em ui-monospace, monospace; }
@@ -153,7 +193,7 @@ def to_html(store: Store, cid: int, model: dict | None = None) -> str:
         if m.role == "user":  # what the user typed, as typed
             body = f"<p>{html.escape(m.content).replace(chr(10), '<br>')}</p>"
         else:
-            body = md.render(m.content)
+            body = _with_calls(m, md.render, _call_html)
         if m.thinking:
             text = html.escape(m.thinking).replace(chr(10), "<br>")
             body = (

@@ -5,6 +5,7 @@ the text that came from speculation (over the rendered Markdown)."""
 from __future__ import annotations
 
 import html
+import json
 import re
 
 from markdown_it import MarkdownIt
@@ -130,6 +131,68 @@ def thinking_html(index: int, thinking: str, shown: bool, about: str = "") -> st
     body = html.escape(thinking).replace("\n", "<br>")
     table = '<table class="thinking" width="100%" cellpadding="6">'
     return f"{head}{table}<tr><td>{body}</td></tr></table>"
+
+
+TOOL_STATUS = {
+    "asking": "waiting for your approval",
+    "running": "running…",
+    "done": "done",
+    "error": "failed",
+    "timeout": "timed out",
+    "denied": "denied",
+}
+TOOL_SHOWN_CHARS = 3000  # what of a result the chat shows (the export has it all)
+
+
+def tool_call_html(link: str, call: dict, shown: bool) -> str:
+    """A tool call in an answer: a "Tool call" line that opens and closes it (the link
+    toolcall:link), with the server, the tool and how it went (a failure's reason too), and, when
+    shown, its arguments and result (plain text)."""
+    arrow = "▾" if shown else "▸"
+    status = TOOL_STATUS.get(call["status"], call["status"])
+    if call["status"] == "done" and call.get("seconds"):
+        status += f" in {call['seconds']:.1f} s"
+    if call["status"] in ("error", "timeout"):
+        status += f": {_shorten(call.get('result', ''), 200)}"
+    where = f"{call['server']} · {call['tool']}" if call.get("server") else call["name"]
+    head = (
+        f'<p class="toolhead"><a href="toolcall:{link}">{arrow} Tool call</a> '
+        f'<b>{html.escape(where)}</b> <span class="note">{html.escape(status)}</span></p>'
+    )
+    if not shown:
+        return head
+    args = json.dumps(call.get("arguments", {}), indent=2, ensure_ascii=False)
+    result = _shorten(call.get("result", ""), TOOL_SHOWN_CHARS) or "(none yet)"
+    return (
+        f'{head}<table class="toolcall" width="100%" cellpadding="6"><tr><td>'
+        f"<b>Arguments</b><pre>{html.escape(args)}</pre>"
+        f"<b>Result</b><pre>{html.escape(result)}</pre></td></tr></table>"
+    )
+
+
+def _shorten(text: str, n: int) -> str:
+    return text if len(text) <= n else text[:n] + "…"
+
+
+def segments(text: str, calls: list[dict]) -> list:
+    """An answer's text parted at its tool calls: [(start, end) of text, call, (start, end), …]."""
+    out, done = [], 0
+    for call in calls:
+        at = min(max(call.get("at", len(text)), done), len(text))
+        out += [(done, at), call]
+        done = at
+    return [*out, (done, len(text))]
+
+
+def slice_runs(runs: list, start: int, end: int) -> list:
+    """The runs (see add_run) over text[start:end]."""
+    out, pos = [], 0
+    for n, source in runs:
+        a, b = max(pos, start), min(pos + n, end)
+        if b > a:
+            add_run(out, "x" * (b - a), source)
+        pos += n
+    return out
 
 
 def version_switcher(index: int, version: int, versions: int) -> str:

@@ -51,8 +51,9 @@ class AnswerWriter:
 class StreamingAnswer:
     """The answer being written: its conversation and message, the messages it was asked from
     (their ids: the worker's rolling window indexes them), its text so far with the runs that
-    came from speculation (kwker.app.render.add_run), a thinking model's thinking, and its latest
-    figures. It is saved as it arrives, through an AnswerWriter."""
+    came from speculation (kwker.app.render.add_run), a thinking model's thinking, its tool calls
+    (kwker.app.tool_calls) and its latest figures. It is saved as it arrives, through an
+    AnswerWriter."""
 
     def __init__(self, store):
         self.store = store
@@ -64,6 +65,7 @@ class StreamingAnswer:
         self.text = ""
         self.thinking = ""
         self.runs: list = []
+        self.tool_calls: list[dict] = []
         self.stats: dict = {}
 
     def start(self, cid: int, history_ids: list[int], continued=None) -> None:
@@ -77,10 +79,11 @@ class StreamingAnswer:
                 list(continued.sources),
             )
             self.thinking = continued.thinking
+            self.tool_calls = [dict(c) for c in continued.tool_calls]
             self.writer.write(self.mid, self.text, complete=False)
         else:
             self.mid = self.store.add_message(cid, "assistant", "", complete=False).id
-            self.text, self.runs, self.thinking = "", [], ""
+            self.text, self.runs, self.thinking, self.tool_calls = "", [], "", []
 
     def add(self, text: str, source: str, stats: dict) -> None:
         """A streamed piece: saved with which of the answer came from speculation."""
@@ -97,11 +100,23 @@ class StreamingAnswer:
         self.thinking += text
         self.writer.write(self.mid, self.text, thinking=self.thinking)
 
+    def set_tool_call(self, call: dict) -> None:
+        """A tool call as it goes (asked, running, ended), by its id: saved at once, since the
+        user waited for it and its result cannot be had again for free."""
+        ids = [c["id"] for c in self.tool_calls]
+        calls = list(self.tool_calls)  # a new list: the writer may hold the one it waits to save
+        if call["id"] in ids:
+            calls[ids.index(call["id"])] = dict(call)
+        else:
+            calls.append(dict(call))
+        self.tool_calls = calls
+        self.writer.write(self.mid, self.text, now=True, tool_calls=self.tool_calls)
+
     def finish(self, stats: dict) -> bool:
         """The answer's end (stats: its final figures and finish_reason). Whether it is saved."""
         saved = self.writer.write(
             self.mid, self.text, now=True, sources=self.runs, stats=stats, complete=True,
-            thinking=self.thinking,
+            thinking=self.thinking, tool_calls=self.tool_calls,
         )  # fmt: skip
         self.last_mid, self.mid = self.mid, None
         return saved
@@ -113,10 +128,10 @@ class StreamingAnswer:
         self.mid = None
         if mid is None:
             return True
-        if self.text or self.thinking:
+        if self.text or self.thinking or self.tool_calls:
             return self.writer.write(
                 mid, self.text, now=True, stats={"error": error}, complete=True,
-                thinking=self.thinking,
+                thinking=self.thinking, tool_calls=self.tool_calls,
             )  # fmt: skip
         try:
             self.store.delete_message(mid)  # nothing was written: no empty answer

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import platformdirs
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 # How long a write waits for another process's lock: the GUI thread waits, and must not for 50 ms.
 # SQLite's busy handler sleeps in steps (1, 2, 5, 10, 15, 20 ms...): 0.04 s gave writes of up to
 # 55 ms under a held lock (tests/app/test_store_faults.py); a refused write is retried later.
@@ -84,6 +84,9 @@ MIGRATIONS = [
     ALTER TABLE messages ADD COLUMN thinking TEXT NOT NULL DEFAULT '';
     ALTER TABLE conversations ADD COLUMN think INTEGER NOT NULL DEFAULT 1;
     """,
+    # tools (kwker.app.tool_calls): the calls an answer made, each with its arguments, result and
+    # place in the answer's text, in order
+    "ALTER TABLE messages ADD COLUMN tool_calls TEXT NOT NULL DEFAULT '[]'",
 ]
 
 
@@ -108,6 +111,7 @@ class Message:
     version: int = 1  # its place among its versions (the children of its parent), from 1
     versions: int = 1
     thinking: str = ""  # a thinking model's thinking before the answer (content)
+    tool_calls: list = field(default_factory=list)  # its tool calls (kwker.app.tool_calls)
 
 
 @dataclass
@@ -345,10 +349,10 @@ class Store:
             for m in path:
                 parent = self.db.execute(
                     "INSERT INTO messages (conversation_id, role, content, created, complete, "
-                    "stats, sources, parent_id, chosen, thinking) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    "stats, sources, parent_id, chosen, thinking, tool_calls) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (new, m.role, m.content, m.created, int(m.complete), json.dumps(m.stats),
-                     json.dumps(m.sources), parent, now, m.thinking),
+                     json.dumps(m.sources), parent, now, m.thinking, json.dumps(m.tool_calls)),
                 ).lastrowid  # fmt: skip
             self.db.execute("UPDATE conversations SET leaf_id = ? WHERE id = ?", (parent or 0, new))
             self.db.execute(
@@ -366,9 +370,13 @@ class Store:
         complete: bool | None = None,
         sources: list | None = None,
         thinking: str | None = None,
+        tool_calls: list | None = None,
     ):
         """One transaction per call: the streamed answer is saved as it grows."""
         sets, args = ["content = ?"], [content]
+        if tool_calls is not None:
+            sets.append("tool_calls = ?")
+            args.append(json.dumps(tool_calls))
         if thinking is not None:
             sets.append("thinking = ?")
             args.append(thinking)
@@ -445,7 +453,9 @@ class Store:
 
 
 _CONVERSATION = "id, title, updated, overrides, context_from, leaf_id, think"
-_MESSAGE = "id, role, content, stats, complete, sources, parent_id, created, chosen, thinking"
+_MESSAGE = (
+    "id, role, content, stats, complete, sources, parent_id, created, chosen, thinking, tool_calls"
+)
 
 
 def _conversation(r) -> Conversation:
@@ -455,5 +465,5 @@ def _conversation(r) -> Conversation:
 def _message(r, version: int = 1, versions: int = 1) -> Message:
     return Message(
         r[0], r[1], r[2], json.loads(r[3]), bool(r[4]), json.loads(r[5]), r[6], r[7],
-        version, versions, r[9],
+        version, versions, r[9], json.loads(r[10]),
     )  # fmt: skip

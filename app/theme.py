@@ -101,6 +101,9 @@ def chat_css(c: dict) -> str:
     div.welcome h2 {{ color: {c["text"]}; }}
     div.msg {{ margin-bottom: 14px; }}
     p.thinkhead {{ margin: 2px 0; font-size: small; }}
+    p.toolhead {{ margin: 4px 0; font-size: small; }}
+    table.toolcall {{ background: {c["code"]}; border: 1px solid {c["border"]};
+                      margin: 2px 0 6px 0; font-size: small; }}
     table.thinking {{ color: {c["muted"]}; border-left: 2px solid {c["border"]};
                       margin: 2px 0 6px 0; }}
     table.code {{ background: {c["code"]}; border: 1px solid {c["border"]}; margin: 6px 0; }}

@@ -7,7 +7,9 @@ often when a redraw is slow. The links in the chat (copy, edit, versions, fork, 
 screen's examples, attach a paste) are emitted as (kind, argument) for the window to act on.
 
 A thinking model's thinking is a dimmed block above its answer: open while it streams, closed on a
-finished answer; its "Thinking" line opens and closes it. The Think toggle (shown for a model whose
+finished answer; its "Thinking" line opens and closes it. An answer's tool calls are blocks where
+they were made in its text (closed; their "Tool call" line opens them on the arguments and the
+result). The Think toggle (shown for a model whose
 template can turn thinking off) is the conversation's: the window saves it."""
 
 from __future__ import annotations
@@ -36,9 +38,12 @@ from kwker.app.render import (
     citations,
     markdown_html,
     message_html,
+    segments,
+    slice_runs,
     stats_line,
     thinking_about,
     thinking_html,
+    tool_call_html,
 )
 from kwker.app.views.attachments_bar import AttachmentsBar
 from kwker.app.views.widgets import ElidedLabel
@@ -149,8 +154,10 @@ class ChatView(QWidget):
         self._history_html = ""  # the finished messages, rendered once
         self._history_blocks: list[str] = []  # their code blocks, for the Copy links
         self.code_blocks: list[str] = []  # the code blocks on screen, the streamed answer's too
-        # the answer being written: (index, text, runs, thinking, figures)
-        self.stream: tuple[int, str, list, str, dict] | None = None
+        # the answer being written: (index, text, runs, thinking, figures, tool calls)
+        self.stream: tuple[int, str, list, str, dict, list] | None = None
+        # the tool calls opened, by (message id or STREAM_ID, the call's place in the answer)
+        self.tools_shown: set[tuple[int, int]] = set()
         # whether a thinking block is open, by message id (STREAM_ID: the answer being written);
         # not in it: open while streaming, closed once finished
         self.thinking_shown: dict[int, bool] = {}
@@ -187,9 +194,25 @@ class ChatView(QWidget):
         self.send_button.setProperty("stop", stopping)
         self.send_button.style().polish(self.send_button)
 
-    def answer_html(self, text: str, runs: list, blocks: list[str]) -> str:
-        """An answer's Markdown, tinted where its text came from speculation when the tint is on."""
-        return markdown_html(text, blocks, runs if self.tint else None, self.colors)
+    def answer_html(
+        self, text: str, runs: list, blocks: list[str], calls: list = (), index: int = 0,
+        key: int = STREAM_ID,
+    ) -> str:  # fmt: skip
+        """An answer's Markdown, tinted where its text came from speculation when the tint is on,
+        with its tool calls (message `index`, `key` its id) where they were made."""
+        if not calls:
+            return markdown_html(text, blocks, runs if self.tint else None, self.colors)
+        parts, j = [], 0
+        for part in segments(text, calls):
+            if isinstance(part, dict):
+                shown = (key, j) in self.tools_shown
+                parts.append(tool_call_html(f"{index}.{j}", part, shown))
+                j += 1
+            elif part[1] > part[0]:
+                piece, piece_runs = text[part[0] : part[1]], slice_runs(runs, *part)
+                parts.append(markdown_html(piece, blocks, piece_runs if self.tint else None,
+                                           self.colors))  # fmt: skip
+        return "".join(parts)
 
     def set_history(self, messages, start: int, skip_id, can_continue: bool, welcome: str) -> None:
         """Renders the finished `messages` (not the one being written, skip_id); `start`: the
@@ -214,7 +237,7 @@ class ChatView(QWidget):
             if m.role == "user":
                 body = f"<p>{html.escape(m.content).replace(chr(10), '<br>')}</p>"
             else:
-                body = self.answer_html(m.content, m.sources, blocks)
+                body = self.answer_html(m.content, m.sources, blocks, m.tool_calls, i, m.id)
                 if m.thinking:
                     shown = self.thinking_shown.get(m.id, False)
                     body = thinking_html(i, m.thinking, shown, thinking_about(m.stats)) + body
@@ -247,8 +270,8 @@ class ChatView(QWidget):
         blocks = list(self._history_blocks)
         body = self._history_html
         if self.stream is not None:
-            index, text, runs, thinking, figures = self.stream
-            streamed = self.answer_html(text, runs, blocks) if text else ""
+            index, text, runs, thinking, figures, calls = self.stream
+            streamed = self.answer_html(text, runs, blocks, calls, index) if text or calls else ""
             if thinking:
                 shown = self.thinking_shown.get(STREAM_ID, True)
                 streamed = thinking_html(index, thinking, shown, thinking_about(figures)) + streamed
@@ -275,6 +298,8 @@ class ChatView(QWidget):
             QApplication.clipboard().setText(self.code_blocks[int(arg)])
         if kind == "thinking":
             self.toggle_thinking(int(arg))
+        if kind == "toolcall":
+            self.toggle_tool_call(*(int(n) for n in arg.split(".")))
         self.link.emit(kind, arg)
 
     def stream_ended(self, mid: int | None) -> None:
@@ -283,6 +308,19 @@ class ChatView(QWidget):
         shown = self.thinking_shown.pop(STREAM_ID, None)
         if shown is not None and mid is not None:
             self.thinking_shown[mid] = shown
+        opened = {(k, j) for k, j in self.tools_shown if k == STREAM_ID}
+        self.tools_shown -= opened
+        if mid is not None:
+            self.tools_shown |= {(mid, j) for _, j in opened}
+
+    def toggle_tool_call(self, index: int, j: int) -> None:
+        """Opens or closes the j-th tool call of message `index` (the answer being written's
+        too)."""
+        streaming = self.stream is not None and self.stream[0] == index
+        key = (STREAM_ID if streaming else self._ids[index], j)
+        self.tools_shown ^= {key}
+        if self._history_args is not None:
+            self.set_history(*self._history_args)
 
     def toggle_thinking(self, index: int) -> None:
         """Opens or closes the thinking of message `index` (the answer being written's too)."""

@@ -40,6 +40,7 @@ from kwker.app.views.conversation_list import ConversationList
 from kwker.app.views.model_choice import ModelChoice
 from kwker.app.views.settings_panel import split_values
 from kwker.app.views.side_panel import SidePanel
+from kwker.app.views.tool_use import ToolUse
 from kwker.app.views.widgets import fit_to_screen
 
 
@@ -74,6 +75,7 @@ class MainWindow(QMainWindow):
         self.last_finish_reason = None
 
         self._build()
+        self.tool_use = ToolUse(self)  # MCP servers, the Tools tab, the approval of calls
         self.setAcceptDrops(True)  # model files and folders, documents (dropEvent)
         convs = self.store.conversations()
         self.open_conversation(convs[0].id if convs else self.store.new_conversation().id)
@@ -345,7 +347,8 @@ class MainWindow(QMainWindow):
         shown = self.generating and self.answer.cid == self.cid and self.answer.mid is not None
         index = len(self.messages) - 1
         a = self.answer
-        self.chat.stream = (index, a.text, a.runs, a.thinking, a.stats) if shown else None
+        shown = shown and (index, a.text, a.runs, a.thinking, a.stats, a.tool_calls)
+        self.chat.stream = shown or None
         self.chat.dirty = True
 
     def _show_figures(self) -> None:
@@ -381,6 +384,7 @@ class MainWindow(QMainWindow):
     def closeEvent(self, event):  # noqa: N802
         self.chat.frame.stop()
         self.model_choice.close()
+        self.tool_use.close()
         super().closeEvent(event)
 
     # ---- drag and drop: a .gguf file or a model folder dropped on the window is imported where it

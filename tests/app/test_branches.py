@@ -56,7 +56,8 @@ def test_a_version_3_file_migrates_with_every_message_on_one_branch(tmp_path):
     v3_database(path)
     before = sqlite3.connect(path).execute("SELECT * FROM messages ORDER BY id").fetchall()
     store = Store(path)
-    assert store.version == SCHEMA_VERSION == 5
+    assert store.version == SCHEMA_VERSION == 6
+    assert all(m.tool_calls == [] for m in store.tree(1))  # version 6: no calls before
     geo = store.messages(1)
     assert [(m.id, m.role, m.content) for m in geo] == [
         (1, "user", "What is the capital of France?"),
