@@ -7,7 +7,8 @@ context window and the model picker's fit column. Run under Xvfb:
 With --tour THEME WIDTHxHEIGHT it takes instead, at that window size: the first screen, a streamed
 answer with its statistics, the settings, the picker, a cut answer with Continue and an inline
 error (issue 44's list), as OUTDIR/THEME-WIDTHxHEIGHT-*.png. With --thinking MODEL it takes a
-thinking model's answer with its thinking closed and open (MODEL: a local thinking model).
+thinking model's answer with its thinking closed and open (MODEL: a local thinking model). With
+--tools it takes tools from an MCP server: the Tools tab, a call's approval, a finished call.
 """
 
 from __future__ import annotations
@@ -220,7 +221,68 @@ def thinking(out: Path, model: str) -> int:
     return 0
 
 
+def tools(out: Path) -> int:
+    """Tools from an MCP server, with the default model: the Tools tab with Kwker's built-in
+    files server sharing a folder, the approval asked before a call, and the finished call in the
+    chat, its block open (OUTDIR/tools-settings.png, tools-approval.png (the dialog),
+    tools-asking.png (the window meanwhile), tools-call.png)."""
+    base = Path(tempfile.mkdtemp(prefix="kwker-shots-"))
+    os.environ.setdefault("KWKER_DATA_DIR", str(base / "data"))
+    os.environ["XDG_CONFIG_HOME"] = str(base / "config")  # a config of its own: no user servers
+    shared = base / "Documents"
+    shared.mkdir()
+    (shared / "notes.txt").write_text(
+        "Team offsite: Thursday 14 May, 9:30, Harbour Room.\nBring the Q2 roadmap draft.\n"
+    )
+    (shared / "budget.csv").write_text("item,cost\nvenue,1200\nlunch,340\n")
+    from PySide6.QtCore import QEventLoop, QTimer
+    from PySide6.QtWidgets import QApplication
+
+    from kwker.app.store import Store
+    from kwker.app.views.main_window import MainWindow
+
+    app = QApplication(sys.argv[:1])
+    out.mkdir(parents=True, exist_ok=True)
+
+    def wait(cond, timeout=600.0):
+        loop, end = QEventLoop(), time.time() + timeout
+        timer = QTimer(interval=50)
+        timer.timeout.connect(lambda: (cond() or time.time() > end) and loop.quit())
+        timer.start()
+        loop.exec()
+        timer.stop()
+
+    store = Store()
+    store.save_settings({"theme": "light", "temperature": 0.0, "max_new_tokens": 120})
+    win = MainWindow(store)
+    win.show()
+    wait(lambda: win.model_info is not None)
+    win.tool_use.panel.share_folder(str(shared))
+    wait(lambda: len(win.tool_use.host.tools()) == 2)
+    win.tabs.setCurrentWidget(win.tool_use.panel)
+    win.tool_use.panel.tree.setCurrentItem(win.tool_use.panel.tree.topLevelItem(0))
+    wait(lambda: False, 0.3)
+    win.grab().save(str(out / "tools-settings.png"))
+    win.send("What does the file notes.txt say?")
+    wait(lambda: win.tool_use.dialog is not None)
+    wait(lambda: False, 0.3)
+    win.tool_use.dialog.grab().save(str(out / "tools-approval.png"))  # a window of its own
+    win.grab().save(str(out / "tools-asking.png"))
+    win.tool_use.dialog.once.click()
+    wait(lambda: not win.generating)
+    win.tabs.setCurrentWidget(win.stats)
+    win.chat.toggle_tool_call(len(win.messages) - 1, 0)
+    wait(lambda: False, 0.3)
+    win.grab().save(str(out / "tools-call.png"))
+    win.close()
+    print("\n".join(str(p) for p in sorted(out.glob("tools-*.png"))))
+    app.quit()
+    return 0
+
+
 if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "--tools":  # --tools [OUTDIR]
+        sys.exit(tools(Path(sys.argv[2] if len(sys.argv) > 2 else "screenshots")))
     if len(sys.argv) > 1 and sys.argv[1] == "--thinking":  # --thinking MODEL [OUTDIR]
         sys.exit(thinking(Path(sys.argv[3] if len(sys.argv) > 3 else "screenshots"), sys.argv[2]))
     if len(sys.argv) > 1 and sys.argv[1] == "--tour":

@@ -12,7 +12,7 @@ from PySide6.QtCore import QObject, Slot
 
 from kwker.app.mcp_host import McpHost
 from kwker.app.store import data_dir
-from kwker.app.tool_calls import ALLOW_ALWAYS, ALLOW_ONCE
+from kwker.app.tool_calls import ALLOW_ALWAYS, ALLOW_ONCE, DENY
 from kwker.app.views.mcp_panel import McpPanel
 from kwker.app.views.tool_approval import ApprovalDialog
 
@@ -28,7 +28,7 @@ class ToolUse(QObject):
         self.panel = McpPanel(self.host, window.store)
         self.panel.said.connect(window.status.setText)
         window.tabs.addTab(self.panel, "Tools")
-        window.answering.ended.connect(lambda *_: self._close_dialog())
+        window.answering.ended.connect(lambda *_: self._ended())
         self.dialog: ApprovalDialog | None = None
         self.panel.load()
 
@@ -49,6 +49,16 @@ class ToolUse(QObject):
         if answer == ALLOW_ALWAYS:
             self.panel.allow_always(call["server"], call["tool"])
         self.worker.approvals.reply(call["id"], answer)
+        ran = (
+            f"Running {call['tool']}…" if answer != DENY else f"Denied: {call['tool']} was not run"
+        )
+        self.w.status.setText(ran)
+
+    def _ended(self) -> None:
+        """The answer ended: a question still open is moot, and "Running …" is over."""
+        self._close_dialog()
+        if self.w.status.text().startswith(("Running ", "The model wants to run ")):
+            self.w.status.setText("")
 
     def _close_dialog(self) -> None:
         if self.dialog is not None:
