@@ -266,17 +266,10 @@ MISTRAL_V3_TEMPLATE = """\
 """
 
 
-def _copy(tok):
-    """A copy of the session's tokenizer: what Kwker keeps on it (llguidance's view, which cannot
-    be copied, once a constrained test has run) is shared, not copied."""
-    memo = {id(v): v for k, v in vars(tok).items() if k.startswith("_kwker")}
-    return copy.deepcopy(tok, memo)
-
-
 def qwen25_tokenizer(smollm2_tokenizer):
     """SmolLM2's tokenizer (ChatML, as Qwen's) with Qwen2.5's tool tags as plain added tokens
     (as Qwen2.5's are: not special, their text is streamed) and its template."""
-    tok = _copy(smollm2_tokenizer)
+    tok = copy.deepcopy(smollm2_tokenizer)
     tok.add_tokens(["<tool_call>", "</tool_call>"])
     tok.chat_template = QWEN25_TEMPLATE
     tok.eos_token = "<|im_end|>"
@@ -285,7 +278,7 @@ def qwen25_tokenizer(smollm2_tokenizer):
 
 def llama31_tokenizer(smollm2_tokenizer):
     """SmolLM2's tokenizer with Llama 3.1's special tokens and template."""
-    tok = _copy(smollm2_tokenizer)
+    tok = copy.deepcopy(smollm2_tokenizer)
     special = ["<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>",
                "<|eom_id|>", "<|python_tag|>"]  # fmt: skip
     tok.add_special_tokens({"additional_special_tokens": special})
@@ -296,7 +289,7 @@ def llama31_tokenizer(smollm2_tokenizer):
 
 def mistral_tokenizer(smollm2_tokenizer):
     """SmolLM2's tokenizer with Mistral v3's control tokens and template."""
-    tok = _copy(smollm2_tokenizer)
+    tok = copy.deepcopy(smollm2_tokenizer)
     special = ["<s>", "</s>", "[INST]", "[/INST]", "[TOOL_CALLS]", "[AVAILABLE_TOOLS]",
                "[/AVAILABLE_TOOLS]", "[TOOL_RESULTS]", "[/TOOL_RESULTS]"]  # fmt: skip
     tok.add_special_tokens({"additional_special_tokens": special})

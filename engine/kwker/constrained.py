@@ -11,6 +11,7 @@ target nothing else, so they are accepted, whatever the sampler draws."""
 from __future__ import annotations
 
 import json
+import weakref
 
 import numpy as np
 
@@ -27,15 +28,21 @@ def _llg():
     return llguidance
 
 
+# tokenizer -> (vocab, llguidance's view of it): about a second to build, so kept while the
+# tokenizer lives. Not an attribute on the tokenizer: a copy of it (deepcopy, or one with tokens
+# added) must build its own view, and the view cannot be copied.
+_LL_TOKENIZERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
 def _ll_tokenizer(tokenizer, vocab: int):
-    """llguidance's view of a Hugging Face fast tokenizer (about a second to build: kept on it)."""
-    cached = getattr(tokenizer, "_kwker_llg", None)
+    """llguidance's view of a Hugging Face fast tokenizer."""
+    cached = _LL_TOKENIZERS.get(tokenizer)
     if cached is not None and cached[0] == vocab:
         return cached[1]
     import llguidance.hf
 
     ll = llguidance.hf.from_tokenizer(tokenizer, n_vocab=vocab)
-    tokenizer._kwker_llg = (vocab, ll)
+    _LL_TOKENIZERS[tokenizer] = (vocab, ll)
     return ll
 
 
