@@ -125,10 +125,11 @@ def llama_cpp_ggufs(model_spec) -> dict:
 # The GGUF types kwker reads, written from the same weights: by the gguf package (the first five)
 # and by llama.cpp's quantizer (its K-quant and i-quant recipes, when llama-cpp-python is
 # installed). Not the IQ2_S and lower i-quants, which llama.cpp writes only with an importance
-# matrix it cannot compute here, nor TQ1_0 / TQ2_0, which hold only ternary-trained weights (of
-# any other model they keep nothing: scripts/iquant_quality.py, perf-notes #43). A recipe keeps
-# the rows whose length is not a multiple of 256 in a 32-value type (IQ4_NL for the i-quants): in
-# SmolLM2 (576) and Qwen2.5 0.5B (896) that is most matrices.
+# matrix it cannot compute here (nor, for some models, IQ3_XXS: its recipe gives
+# Qwen2.5-Coder-1.5B's attn_k IQ2_S, and that row is skipped), nor TQ1_0 / TQ2_0, which hold only
+# ternary-trained weights (of any other model they keep nothing: scripts/iquant_quality.py,
+# perf-notes #44). A recipe keeps the rows whose length is not a multiple of 256 in a 32-value
+# type (IQ4_NL for the i-quants): in SmolLM2 (576) and Qwen2.5 0.5B (896) that is most matrices.
 FILE_TYPES = ("Q8_0", "Q5_1", "Q5_0", "Q4_1", "Q4_0")
 RECIPE_TYPES = ("Q6_K", "Q5_K_M", "Q4_K_M", "Q3_K_M", "Q2_K", "IQ4_NL", "IQ4_XS", "IQ3_S",
                 "IQ3_XXS")  # fmt: skip
@@ -146,7 +147,12 @@ def kwker_file_rows(model_spec, out=print) -> dict:
     if importlib.util.find_spec("llama_cpp") is None:
         out("K-quant files need llama.cpp's quantizer (pip install 'kwker[bench]'): skipped")
         return files
-    return files | {f"kwker from {fmt}": recipe_gguf(src, fmt, 0) for fmt in RECIPE_TYPES}
+    for fmt in RECIPE_TYPES:
+        try:
+            files[f"kwker from {fmt}"] = recipe_gguf(src, fmt, 0)
+        except RuntimeError as e:  # a recipe that needs an importance matrix for this model
+            out(f"kwker from {fmt}: skipped: {str(e).split(': ')[-1]}")
+    return files
 
 
 def run(model_spec=None, threads=None, out=print, peers=()) -> list[dict]:

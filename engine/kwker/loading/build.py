@@ -35,8 +35,10 @@ EMBED = "model.embed_tokens.weight"  # the one tensor every family reads first
 
 # The precision a GGUF's matrix type runs at when none is asked for: the nearest Kwker format
 # (perf-notes #18: the 4- and 5-bit types lose least as Q4, the 6- and 8-bit ones as Q8). The
-# i-quants and the ternary types (4.5 bits a weight and fewer) hold less than Q4 does, so Q4 keeps
-# what they have at about half of Q8's bytes; Q8_K (8 bits) is Q8's (perf-notes #43).
+# i-quants and the ternary types (4.5 bits a weight and fewer) are nearest Q4, at half of Q8's
+# bytes a token; repacking their non-uniform levels costs some (Qwen2.5-Coder-1.5B IQ4_XS: KL
+# 0.128 at int4, 0.078 at balanced, perf-notes #44), which --precision balanced gives back.
+# Q8_K (8 bits) is Q8's.
 GGUF_PRECISION = {
     "F32": "fp32", "F16": "fp16", "BF16": "bf16", "Q8_0": "balanced", "Q8_K": "balanced",
     "Q6_K": "balanced", "Q5_0": "int4", "Q5_1": "int4", "Q5_K": "int4", "Q4_0": "int4",

@@ -80,7 +80,8 @@ LLAMA_FTYPES = {
     "Q5_K_M": "LLAMA_FTYPE_MOSTLY_Q5_K_M",
     "Q6_K": "LLAMA_FTYPE_MOSTLY_Q6_K",
     # the i-quant and ternary recipes; llama.cpp refuses IQ2_XXS, IQ2_XS, IQ2_S, IQ1_S and IQ1_M
-    # without an importance matrix, which llama-cpp-python cannot compute
+    # without an importance matrix, which llama-cpp-python cannot compute, and IQ3_XXS where its
+    # recipe gives some tensors IQ2_S (Qwen2.5-Coder-1.5B's attn_k; not SmolLM2's)
     "IQ4_NL": "LLAMA_FTYPE_MOSTLY_IQ4_NL",
     "IQ4_XS": "LLAMA_FTYPE_MOSTLY_IQ4_XS",
     "IQ3_S": "LLAMA_FTYPE_MOSTLY_IQ3_S",
