@@ -36,7 +36,7 @@ from kwker.app import keys
 from kwker.app.context_window import answer_reserve, fit_prompt
 from kwker.app.documents import build_context, with_documents
 from kwker.app.settings import generation_options, remote_sampling
-from kwker.app.tool_calls import CallParts, expand, for_server
+from kwker.app.tool_calls import expand, for_server
 from kwker.remote import AUTH, NOT_FOUND, RemoteError, RemoteModel, list_models, normalize_url
 from kwker.thinking import (
     ANSWER,
@@ -205,9 +205,8 @@ class LocalBackend:
         )
         calls = None
         if tools:
-            names = [t["function"]["name"] for t in tools]
-            fmt = self.tool_format
-            calls = CallParts(ToolCallParser(fmt), names, lambda: new_call_id(fmt))
+            names = frozenset(t["function"]["name"] for t in tools)
+            calls = ToolCallParser(self.tool_format, names=names)
         return LocalAnswer(prompt.start, stream, cited, self._splitter(messages, prompt.ids), calls)
 
     def _splitter(self, messages: list[dict], ids: list[int]) -> ThinkingSplitter | None:
@@ -230,7 +229,7 @@ class LocalBackend:
 class LocalAnswer:
     def __init__(self, start: int, stream, documents: list[dict] = (), split=None, calls=None):
         """split: a thinking model's ThinkingSplitter (None: the text is all answer); calls: a
-        kwker.app.tool_calls.CallParts when tools were offered."""
+        kwker.tools.ToolCallParser when tools were offered."""
         self.start, self._stream, self.documents = start, stream, list(documents)
         self._calls = calls
         self.tool_calls: list[ToolCall] = []
@@ -252,9 +251,9 @@ class LocalAnswer:
                 if self._thought_s is None and self._split.phase == ANSWER:
                     self._thought_s = now - self._t0
             if self._calls is not None:  # the calls' text is parted from the answer's
-                text = self._calls.feed(text, None if thinking else c.token)
+                text = self._calls.feed(text, None if thinking else c.token).text
                 if c.finish_reason:
-                    text += self._calls.flush()
+                    text += self._calls.flush().text
                     self.tool_calls = list(self._calls.calls)
             fresh = now - sent >= STATS_EVERY_S
             if fresh:

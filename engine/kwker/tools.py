@@ -356,6 +356,8 @@ class ToolCallParser:
     arguments stream; the calls of formats that run to the answer's end come at the end."""
 
     fmt: ToolFormat
+    # the tools offered: a bare call object naming another is text, not a call (None: any name)
+    names: frozenset[str] | None = None
     calls: list[ToolCall] = field(default_factory=list)
     content: str = ""  # the text so far, without the calls
     phase: str = TEXT
@@ -488,8 +490,20 @@ class ToolCallParser:
     def _finish_bare(self, held: str, out: list[str], deltas: list[CallDelta]) -> None:
         self.phase = TEXT
         fenced = _FENCE.match(held.strip())
-        if not self._emit_parsed(fenced.group(1) if fenced else held, deltas):
+        body = fenced.group(1) if fenced else held
+        if not self._offered(body) or not self._emit_parsed(body, deltas):
             out.append(held.strip())
+
+    def _offered(self, body: str) -> bool:
+        """Whether a bare call's body names only offered tools (any, when none were named)."""
+        if self.names is None:
+            return True
+        try:
+            value = json.loads(body)
+        except json.JSONDecodeError:
+            return False
+        found = [_as_call(v) for v in (value if isinstance(value, list) else [value])]
+        return all(f is not None and f[0] in self.names for f in found)
 
 
 def parse_answer(fmt: ToolFormat, text: str) -> tuple[str, list[ToolCall]]:

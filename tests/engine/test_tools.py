@@ -99,6 +99,12 @@ def test_text_around_calls_and_what_is_no_call(smollm2_tokenizer):
     bare = '```json\n{"name": "add", "arguments": {"a": 2}}\n```'
     assert [(c.name, c.arguments) for c in parse_answer(fmt, bare)[1]] == [("add", '{"a": 2}')]
     assert parse_answer(fmt, '{"name": "Bob"}') == ('{"name": "Bob"}', [])
+    # a fenced call object naming a tool that was not offered is the text it was
+    fenced = '```json\n{"name": "rm", "arguments": {}}\n```'
+    parser = ToolCallParser(fmt, names=frozenset({"add"}))
+    assert parser.feed(fenced).text + parser.flush().text == fenced and parser.calls == []
+    parser = ToolCallParser(fmt, names=frozenset({"rm"}))
+    assert parser.feed(fenced).text + parser.flush().text == "" and parser.calls[0].name == "rm"
     assert parse_answer(fmt, "a <tool_c b") == ("a <tool_c b", [])
 
 

@@ -104,7 +104,10 @@ class Routes:
         param = "messages" if chat else "prompt"
         fmt = thinking_format(self.tokenizer) if chat else None
         split = ThinkingSplitter(fmt, starts_inside(self.tokenizer, ids, fmt)) if fmt else None
-        tools = ToolCallParser(tool_format(self.tokenizer)) if chat and body.tools_on else None
+        tools = None
+        if chat and body.tools_on:
+            names = frozenset((t.get("function") or {}).get("name") for t in body.tools)
+            tools = ToolCallParser(tool_format(self.tokenizer), names=names)
         return body, len(ids), self.submit(body, ids, pending, param, tenant), split, tools
 
     async def generate(self, request: HttpRequest, schema):
