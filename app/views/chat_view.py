@@ -302,6 +302,15 @@ class ChatView(QWidget):
             self.toggle_tool_call(*(int(n) for n in arg.split(".")))
         self.link.emit(kind, arg)
 
+    def show_think(self, switch: bool, on: bool) -> None:
+        """The Think toggle: shown for a model whose template can turn thinking off (switch),
+        checked as the conversation on screen has it."""
+        self.think.setVisible(switch)
+        self.think.setEnabled(switch)
+        self.think.blockSignals(True)  # showing the saved value is no change to save
+        self.think.setChecked(on)
+        self.think.blockSignals(False)
+
     def stream_ended(self, mid: int | None) -> None:
         """The answer being written ended as message `mid`: its thinking stays open only if the
         user opened or closed it while it streamed (else it closes, as finished ones are)."""

@@ -161,23 +161,16 @@ class MainWindow(QMainWindow):
             self.settings["model"] = self._model_arg
 
     def effective_settings(self) -> dict:
-        """The settings an answer of this conversation is written with: the app's, its
-        overrides, and its Think toggle (kwker.thinking: a thinking model's enable_thinking)."""
+        """The app's settings, the conversation's overrides and its Think toggle."""
         if not self.cid:
             return dict(self.settings)
         conv = self.store.conversation(self.cid)
         return {**self.settings, **conv.overrides, "think": conv.think}
 
     def show_think(self) -> None:
-        """The Think toggle: shown for a model whose template can turn thinking off, set as the
-        conversation on screen has it."""
-        switch = bool((self.model_info or {}).get("think_switch"))
-        self.chat.think.setVisible(switch)
-        self.chat.think.setEnabled(switch)
-        if self.cid:
-            self.chat.think.blockSignals(True)  # showing the saved value is no change to save
-            self.chat.think.setChecked(self.store.conversation(self.cid).think)
-            self.chat.think.blockSignals(False)
+        """The Think toggle, for a model whose template can turn thinking off."""
+        on = self.store.conversation(self.cid).think if self.cid else True
+        self.chat.show_think(bool((self.model_info or {}).get("think_switch")), on)
 
     def apply_settings(self, values: dict, conversation_only: bool) -> None:
         if not values:  # "use app defaults" for this conversation
@@ -344,11 +337,9 @@ class MainWindow(QMainWindow):
 
     def _show_stream(self) -> None:
         """The answer being written, on screen if its conversation is."""
-        shown = self.generating and self.answer.cid == self.cid and self.answer.mid is not None
-        index = len(self.messages) - 1
-        a = self.answer
-        shown = shown and (index, a.text, a.runs, a.thinking, a.stats, a.tool_calls)
-        self.chat.stream = shown or None
+        a, shown = self.answer, self.generating and self.answer.cid == self.cid
+        fields = (len(self.messages) - 1, a.text, a.runs, a.thinking, a.stats, a.tool_calls)
+        self.chat.stream = fields if shown and a.mid is not None else None
         self.chat.dirty = True
 
     def _show_figures(self) -> None:
@@ -390,23 +381,19 @@ class MainWindow(QMainWindow):
     # ---- drag and drop: a .gguf file or a model folder dropped on the window is imported where it
     # is and becomes the chat's model; documents (text, PDF, source files) are attached to the chat
     def dragEnterEvent(self, event):  # noqa: N802
-        from kwker.app.documents import dropped
-
-        model, documents = dropped(event.mimeData())
-        if model is not None or documents:
-            event.acceptProposedAction()
-        else:
-            event.ignore()
+        self._drop(event, take=False)
 
     def dropEvent(self, event):  # noqa: N802
+        self._drop(event, take=True)
+
+    def _drop(self, event, take: bool) -> None:
         from kwker.app.documents import dropped
 
         model, documents = dropped(event.mimeData())
-        if not documents and model is None:
-            event.ignore()
-            return
+        if model is None and not documents:
+            return event.ignore()
         event.acceptProposedAction()
-        if documents:
+        if take and documents:
             self.attach(documents)
-        else:
+        elif take:
             self.model_choice.import_dropped(model)
