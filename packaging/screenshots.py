@@ -20,9 +20,22 @@ import time
 from pathlib import Path
 
 
+def run_until(cond=lambda: False, seconds: float = 600.0) -> bool:
+    """Runs Qt's event loop until cond() holds or `seconds` pass (checked every 50 ms, as a
+    user's session would run); whether cond() holds."""
+    from PySide6.QtCore import QEventLoop, QTimer
+
+    loop, end = QEventLoop(), time.time() + seconds
+    timer = QTimer(interval=50)
+    timer.timeout.connect(lambda: (cond() or time.time() > end) and loop.quit())
+    timer.start()
+    loop.exec()
+    timer.stop()
+    return bool(cond())
+
+
 def main(out: Path) -> int:
     os.environ.setdefault("KWKER_DATA_DIR", tempfile.mkdtemp(prefix="kwker-shots-"))
-    from PySide6.QtCore import QEventLoop, QTimer
     from PySide6.QtWidgets import QApplication
 
     from kwker.app.store import Store
@@ -32,20 +45,11 @@ def main(out: Path) -> int:
     out.mkdir(parents=True, exist_ok=True)
 
     def wait(cond, timeout=600.0):
-        """Runs the event loop until cond() holds (checked by a timer, as a user's session would run)."""
-        loop, end = QEventLoop(), time.time() + timeout
-        timer = QTimer(interval=50)
-        timer.timeout.connect(lambda: (cond() or time.time() > end) and loop.quit())
-        timer.start()
-        loop.exec()
-        timer.stop()
-        if not cond():
+        if not run_until(cond, timeout):
             raise TimeoutError("the app did not get there in time")
 
     def pause(ms):
-        loop = QEventLoop()
-        QTimer.singleShot(ms, loop.quit)
-        loop.exec()
+        run_until(seconds=ms / 1000)
 
     store = Store()
     store.save_settings({"theme": "light", "temperature": 0.0, "max_new_tokens": 160})
@@ -112,7 +116,6 @@ def main(out: Path) -> int:
 
 def tour(out: Path, theme: str, width: int, height: int) -> int:
     os.environ.setdefault("KWKER_DATA_DIR", tempfile.mkdtemp(prefix="kwker-tour-"))
-    from PySide6.QtCore import QEventLoop, QTimer
     from PySide6.QtWidgets import QApplication
 
     from kwker.app.store import Store
@@ -122,14 +125,8 @@ def tour(out: Path, theme: str, width: int, height: int) -> int:
     out.mkdir(parents=True, exist_ok=True)
 
     def pause(ms, until=lambda: False, limit_s=600.0):
-        loop, end = QEventLoop(), time.time() + limit_s
-        timer = QTimer(interval=50)
-        timer.timeout.connect(lambda: (until() or time.time() > end) and loop.quit())
-        timer.start()
-        if ms:
-            QTimer.singleShot(ms, loop.quit)
-        loop.exec()
-        timer.stop()
+        """ms milliseconds, or until until() holds (ms 0: within limit_s)."""
+        run_until(until, ms / 1000 if ms else limit_s)
 
     def shot(widget, name):
         pause(300)
@@ -187,7 +184,6 @@ def thinking(out: Path, model: str) -> int:
     shows it) and open, as OUTDIR/thinking-closed.png and thinking-open.png. The conversation is
     stored (a thinking answer needs a thinking model: `model`, a local one, is loaded)."""
     os.environ.setdefault("KWKER_DATA_DIR", tempfile.mkdtemp(prefix="kwker-shots-"))
-    from PySide6.QtCore import QEventLoop, QTimer
     from PySide6.QtWidgets import QApplication
 
     from kwker.app.store import Store
@@ -203,12 +199,7 @@ def thinking(out: Path, model: str) -> int:
     store.update_message(mid, THINKING_ANSWER, stats=THINKING_STATS, thinking=THINKING_TEXT)
     win = MainWindow(store)
     win.show()
-    loop = QEventLoop()
-    timer = QTimer(interval=50)
-    timer.timeout.connect(lambda: win.model_info is not None and loop.quit())
-    timer.start()
-    loop.exec()
-    timer.stop()
+    run_until(lambda: win.model_info is not None)
     win.open_conversation(cid)
     app.processEvents()
     win.grab().save(str(out / "thinking-closed.png"))
@@ -235,7 +226,6 @@ def tools(out: Path) -> int:
         "Team offsite: Thursday 14 May, 9:30, Harbour Room.\nBring the Q2 roadmap draft.\n"
     )
     (shared / "budget.csv").write_text("item,cost\nvenue,1200\nlunch,340\n")
-    from PySide6.QtCore import QEventLoop, QTimer
     from PySide6.QtWidgets import QApplication
 
     from kwker.app.store import Store
@@ -244,13 +234,7 @@ def tools(out: Path) -> int:
     app = QApplication(sys.argv[:1])
     out.mkdir(parents=True, exist_ok=True)
 
-    def wait(cond, timeout=600.0):
-        loop, end = QEventLoop(), time.time() + timeout
-        timer = QTimer(interval=50)
-        timer.timeout.connect(lambda: (cond() or time.time() > end) and loop.quit())
-        timer.start()
-        loop.exec()
-        timer.stop()
+    wait = run_until
 
     store = Store()
     store.save_settings({"theme": "light", "temperature": 0.0, "max_new_tokens": 120})
