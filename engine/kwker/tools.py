@@ -249,6 +249,21 @@ def call_grammar(fmt: ToolFormat, tools, only: str | None = None, opened: bool =
     return f"{rules}\ncall: {call}\n"
 
 
+def bare_grammar(fmt: ToolFormat, tools) -> str:
+    """The Lark grammar of a whole answer that is one bare call object, fenced as a JSON code
+    block or not (what small Qwen2.5 models write instead of their template's tags). Its JSON
+    may be spaced as the model likes: they write it indented, and the grammar takes over from
+    the tokens already written."""
+    schema = {**_call_schema(fmt, tools, None), "x-guidance": {"whitespace_flexible": True}}
+    call = "%json " + json.dumps(schema)
+    return (
+        'start: WS (call | FENCE call WS "```") WS\n'
+        "FENCE: /```(json)?[ \\t]*\\r?\\n/\n"
+        "WS: /[ \\t\\r\\n]*/\n"
+        f"call: {call}\n"
+    )
+
+
 class ToolConstraint:
     """The grammar of an answer with tools (the interface of kwker.constrained.Constraint):
     inactive while the text is free, a call's grammar from the token that opens a call to its
@@ -273,8 +288,13 @@ class ToolConstraint:
             self._call = grammar_of(lark=call_grammar(fmt, tools, only, True, parallel))
             whole = None if self.free else call_grammar(fmt, tools, only, False, parallel)
             self.inner = None if whole is None else self._new(grammar_of(lark=whole))
+            # a bare call has no token that opens it: the answer's first tokens are watched
+            # (_watch) until they spell a call's start or cannot
+            self._bare = grammar_of(lark=bare_grammar(fmt, tools)) if fmt.bare else None
         except ConstraintError as e:
             raise ToolError(f"the tools' schemas cannot be used: {e}") from None
+        self._said: list[int] | None = [] if self.free and self._bare else None
+        self.bare = False  # the answer is a bare call, under the bare grammar to its end
         self.switched = False
 
     def _new(self, grammar: str) -> Constraint:
@@ -297,22 +317,47 @@ class ToolConstraint:
         before = self.active
         if self.inner is None:
             if token == self.fmt.open_id:
-                self.inner = self._new(self._call)
+                self.inner, self._said = self._new(self._call), None
+            elif self._said is not None:
+                self._watch(token)
         else:
             self.inner.consume(token)
             # a finished call frees the text again (the model may call more, or answer), unless
-            # only one call was asked for: then only the end is left (the inner grammar's)
-            if self.free and self.parallel and self.inner.matcher.is_stopped():
+            # only one call was asked for, or it was a bare one: then only the end is left
+            if self.free and self.parallel and not self.bare and self.inner.matcher.is_stopped():
                 self.inner = None
         self.switched = before != self.active
+
+    def _watch(self, token: int) -> None:
+        """The answer's start, token by token: once it spells a bare call's start ('{"name":'
+        or a ```json fence around it, spaces aside), the bare grammar takes the answer from its
+        first token on, as llama.cpp's lazy grammars do; once it cannot, the watch ends. The
+        tokens so far are fed to the grammar: should they not fit it (other spacing), the
+        call is left to the parser, unconstrained."""
+        self._said.append(token)
+        text = self.tokenizer.decode(self._said, skip_special_tokens=True)
+        squeezed = re.sub(r"\s+", "", text)
+        if not squeezed.startswith(_BARE_STARTS):
+            if squeezed and not any(b.startswith(squeezed) for b in _BARE_STARTS):
+                self._said = None  # text: no bare call
+            return
+        said, self._said = self._said, None
+        grammar = self._new(self._bare)
+        try:
+            for t in said:
+                grammar.consume(t)
+        except ConstraintError:
+            return
+        self.inner, self.bare = grammar, True
 
 
 def tool_constraint(fmt, tools, tokenizer, vocab, eos_ids, choice="auto", parallel=True):
     """The constraint of an answer with tools, or None when there is nothing to constrain (auto
-    for a format whose calls open with no token of their own: they are only parsed)."""
+    for a format whose calls open with no token of their own and are never bare: they are only
+    parsed)."""
     if choice == "none":
         return None
-    if choice == "auto" and fmt.open_id is None:
+    if choice == "auto" and fmt.open_id is None and not fmt.bare:
         return None
     return ToolConstraint(fmt, tools, tokenizer, vocab, eos_ids, choice, parallel)
 

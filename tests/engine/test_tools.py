@@ -22,6 +22,7 @@ from kwker.tools import (
     new_call_id,
     parse_answer,
     require_format,
+    tool_constraint,
     tool_format,
 )
 
@@ -190,3 +191,77 @@ def test_a_batch_gives_each_answer_its_own_tokens(qwen):
         generator=[SeededGenerator(s) for s in seeds], tokenizer=tok,
     )  # fmt: skip
     assert [list(b[len(ids) :]) for b in batch] == alone
+
+
+def fed(constraint, tok, text):
+    """(active, switched) after each token of text, fed to the constraint as the answer's."""
+    out = []
+    for t in tok(text, add_special_tokens=False)["input_ids"]:
+        constraint.consume(t)
+        out.append((constraint.active, constraint.switched))
+    return out
+
+
+def test_a_bare_call_is_constrained_from_where_it_shows(qwen):
+    """A call written as a bare object (fenced or not: Qwen2.5-Coder-1.5B's way) has no token
+    that opens it: the constraint watches the answer's start, and the token that completes
+    '{"name":' switches the grammar on, over the tokens already written too, spaced as the
+    model spaced them. A code block or a JSON answer that is no call stays free."""
+    from kwker.constrained import ConstraintError
+
+    _, tok, dec = qwen
+    fmt = tool_format(tok)
+
+    def constraint():
+        return tool_constraint(fmt, TOOLS, tok, dec.vocab_size, [tok.eos_token_id])
+
+    for start in ('```json\n{\n  "name":', '{"name":', ' {"name": '):
+        c = constraint()
+        states = fed(c, tok, start)
+        on = [a for a, _ in states].index(True)  # from one token on, and only that one switched
+        assert states[on:] == [(True, True)] + [(True, False)] * (len(states) - on - 1), start
+        assert not any(a for a, _ in states[:on])
+        fed(c, tok, ' "add",\n  "arguments": {"a": 2, "b": 3}\n}' + "\n```" * start.startswith("`"))
+        assert c.inner.matcher.is_stopped() or c.allowed()[tok.eos_token_id]
+    c = constraint()
+    fed(c, tok, '```json\n{"name": ')
+    with pytest.raises(ConstraintError):  # only an offered tool's name can follow
+        fed(c, tok, '"rm_rf", "arguments": {}}')
+    for text in ('```python\nprint({"name": 1})\n```', '{"city": "Paris"}', "Sure: {"):
+        c = constraint()
+        assert not any(a for a, _ in fed(c, tok, text)), text
+
+
+@pytest.fixture(scope="module")
+def coder():
+    from kwker.models import CHAT_MODEL
+    from kwker.models.loader import load_decoder
+
+    return load_decoder(CHAT_MODEL, precision="int4", max_cache_len=1024)
+
+
+@pytest.mark.slow
+def test_the_chat_models_bare_calls_are_constrained_and_exact(coder):
+    """Qwen2.5-Coder-1.5B-Instruct (the app's model) fences its calls as JSON: the grammar takes
+    them over (its forced tokens are accepted as the grammar's), they validate, and lookup
+    changes no token."""
+    tools = [
+        {"type": "function", "function": {"name": "get_weather", "parameters": WEATHER}},
+        {"type": "function", "function": {"name": "add", "parameters": ADD}},
+    ]
+    tok = coder.tokenizer
+    for question, name in (("What's the weather in Oslo?", "get_weather"),
+                           ("Use the tool to add 17 and 25.", "add")):  # fmt: skip
+        ids = chat_prompt(tok, [{"role": "user", "content": question}], tools)
+        runs = []
+        for options in ({}, {"lookup": 0}):
+            chunks = list(coder.stream_generate(ids, 80, tools=tools, tool_choice="auto",
+                                                tokenizer=tok, **options))  # fmt: skip
+            runs.append(([c.token for c in chunks], chunks[-1].stats))
+        (tokens, stats), (plain, _) = runs
+        assert tokens == plain
+        assert stats.accepted.get("grammar", 0) > 0  # the grammar was on
+        _, calls = parse_answer(tool_format(tok), tok.decode(tokens, skip_special_tokens=True))
+        (call,) = calls
+        assert call.name == name
+        jsonschema.validate(json.loads(call.arguments), SCHEMAS[name])
