@@ -25,11 +25,12 @@ from kwker.app.mcp_host import ToolInfo
 ENDED = ("done", "error", "timeout", "denied")
 DENIED_RESULT = "The user did not allow this call, so the tool was not run."
 UNFINISHED_RESULT = "The call did not finish (the app was closed while it ran)."
-# Rounds of calls in one answer: past them the model answers without tools. A model here gets one:
-# offered the tools again after a result, Qwen2.5-Coder-1.5B echoes its template's call example
-# ({{"name": …}}) instead of answering, and answers from the result when they are left out. A
-# server's (larger) model may call again after a result, a few times.
-LOCAL_ROUNDS, REMOTE_ROUNDS = 1, 5
+# Rounds of calls in one answer (its calls may be several at once): past them the model answers
+# without tools. Offered the tools again after a result, Qwen2.5-Coder-1.5B echoes its template's
+# call example ({{"name": …}}) instead of answering, whether it runs here or on a server (kwker
+# serve: seen in tests/app/test_mcp_tools.py), and answers from the result when they are left out.
+# What a server runs is not known here, so a server's model gets the same one round.
+TOOL_ROUNDS = 1
 # how the approval is answered
 ALLOW_ONCE, ALLOW_ALWAYS, DENY = "once", "always", "deny"
 

@@ -108,7 +108,7 @@ class GenerationWorker(QObject):
             history = messages[:-1] if current else list(messages)
             current = current or {"role": "assistant", "content": "", "tool_calls": []}
             current["tool_calls"] = list(current.get("tool_calls") or [])
-            rounds, limit = 0, tc.REMOTE_ROUNDS if self.backend.remote else tc.LOCAL_ROUNDS
+            rounds, limit = 0, tc.TOOL_ROUNDS
             while True:
                 asked = history + ([current] if current["content"] or current["tool_calls"] else [])
                 tools = tc.functions(named) if named and rounds < limit else None

@@ -106,11 +106,12 @@ def _started(name: str, cmd: list[str], tmp: Path, key: str, port: int, env: dic
 
 
 @contextlib.contextmanager
-def kwker_serve(tmp: Path, key: str = "kwker-test-key-5b1f"):
-    """`kwker serve` on the default model (SmolLM2-135M-Instruct, offline), one thread."""
+def kwker_serve(tmp: Path, key: str = "kwker-test-key-5b1f", model: list[str] = ()):
+    """`kwker serve` on the default model (SmolLM2-135M-Instruct, offline), one thread; `model`:
+    another one and its options (["Qwen/...", "--precision", "int4"])."""
     port = free_port()
-    cmd = [sys.executable, "-m", "kwker.cli", "serve", "--host", "127.0.0.1", "--port", str(port)]
-    cmd += ["--threads", "1", "--max-cache-len", "2048"]
+    cmd = [sys.executable, "-m", "kwker.cli", "serve", *model, "--host", "127.0.0.1"]
+    cmd += ["--port", str(port), "--threads", "1", "--max-cache-len", "2048"]
     help_text = subprocess.run(
         [sys.executable, "-m", "kwker.cli", "serve", "--help"], capture_output=True, text=True
     ).stdout

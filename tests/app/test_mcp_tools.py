@@ -12,6 +12,7 @@ import textwrap
 
 import pytest
 from app_helpers import open_window
+from remote_servers import kwker_serve
 
 from kwker.app.export import export
 from kwker.app.store import Store
@@ -169,3 +170,34 @@ def test_denied_timed_out_and_crashed_calls(qtbot, tools_server):
     assert not win.generating and win.send("Thanks!")  # the chat goes on
     qtbot.waitUntil(lambda: not win.generating, timeout=120_000)
     assert win.messages[-1].content and not win.messages[-1].tool_calls
+
+
+def test_a_servers_model_calls_a_tool_after_approval(qtbot, tools_server, tmp_path):
+    """The same loop with the model on an OpenAI-compatible server (kwker serve, Qwen2.5-Coder-
+    1.5B-Instruct at int4): the app offers the MCP tools through the API, the server's
+    tool_calls are asked about and run here, and its answer goes on from the result."""
+    from kwker.app import keys
+    from kwker.app.store import Store
+    from kwker.app.views.main_window import MainWindow
+    from kwker.remote import normalize_url
+
+    with kwker_serve(tmp_path, model=[CHAT_MODEL, "--precision", "int4"]) as server:
+        keys.save_key(normalize_url(server.url), server.key)
+        store = Store()
+        store.save_settings({"server_url": server.url, "server_model": CHAT_MODEL,
+                             "temperature": 0.0, "max_new_tokens": 60})  # fmt: skip
+        win = MainWindow(store)
+        qtbot.addWidget(win)
+        qtbot.waitUntil(lambda: win.model_info is not None, timeout=60_000)
+        assert win.model_info["server"] == server.url
+        qtbot.waitUntil(lambda: len(win.tool_use.host.tools()) == 3, timeout=30_000)
+        assert win.send("What is the secret word of Carol?")
+        dialog = approve(qtbot, win, "once")
+        assert json.loads(dialog.arguments.toPlainText()) == {"name": "Carol"}
+        qtbot.waitUntil(lambda: not win.generating, timeout=180_000)
+        assert tools_server.read_text() == "Carol\n"  # run here, once
+        answer = win.messages[-1]
+        (call,) = answer.tool_calls
+        assert (call["tool"], call["status"]) == ("secret_word", "done")
+        assert SECRET in answer.content  # the server's model answered from the result
+        win.close()
