@@ -96,7 +96,7 @@ def run_kwker() -> dict:
     fmt = tool_format(tok)
     results = {}
     for constrained in (True, False):
-        rows, bare, seconds, tokens = [], 0, 0.0, 0
+        rows, bare, seconds, tokens, under_grammar = [], 0, 0.0, 0, 0
         for prompt, expected in PROMPTS:
             ids = chat_prompt(tok, [{"role": "user", "content": prompt}], TOOLS)
             options = {"tools": TOOLS, "tool_choice": "auto"} if constrained else {}
@@ -108,13 +108,16 @@ def run_kwker() -> dict:
                 text += chunk.text
                 tokens += 1
             parser.flush()
+            # the grammar was on: its forced tokens were proposed (kwker.constrained)
+            under_grammar += chunk.stats.proposed.get("grammar", 0) > 0
             seconds += time.perf_counter() - t0
             bare += bool(parser.calls) and fmt.open not in text
             calls = [(c.name, c.arguments) for c in parser.calls]
             rows.append({"expected": expected, "calls": calls})
             print(f"{'constrained' if constrained else 'parsed only'}: {expected}: {text!r}")
         results["constrained" if constrained else "unconstrained"] = {
-            **score(rows), "bare_json_calls": bare, "tokens": tokens,
+            **score(rows), "bare_json_calls": bare, "under_grammar": under_grammar,
+            "tokens": tokens,
             "tokens_per_s": round(tokens / seconds, 1),
         }  # fmt: skip
     return results
