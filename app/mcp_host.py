@@ -186,7 +186,7 @@ class McpHost(QObject):
 
         def begin():
             state.stop = asyncio.Event()
-            task = loop.create_task(self._run(state))
+            task = loop.create_task(self._serve(state))
             self._tasks[name] = task
             loop.call_later(START_TIMEOUT_S, lambda: state.status == STARTING and task.cancel())
 
@@ -220,7 +220,7 @@ class McpHost(QObject):
         tail = " / ".join(line.strip() for line in lines[-3:] if line.strip())
         return f" (it said: {tail[-400:]})" if tail else ""
 
-    async def _run(self, state: ServerState) -> None:
+    async def _serve(self, state: ServerState) -> None:
         from mcp import Client, StdioServerParameters
 
         spec = state.spec

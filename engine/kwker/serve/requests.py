@@ -83,9 +83,12 @@ def chat_ids(tokenizer, body: ChatRequest) -> list[int]:
     if body.tools_on:
         try:
             require_format(tokenizer)
+        except ToolError as e:  # a model that cannot call tools: as any value it cannot honour
+            raise ApiError(400, str(e), code="unsupported_value", param="tools") from None
+        try:
             kwargs["tools"] = check_tools(body.tools)
         except ToolError as e:
-            raise ApiError(400, str(e), param="tools") from None
+            raise ApiError(400, str(e), code="invalid_value", param="tools") from None
     try:
         ids = tokenizer.apply_chat_template(
             for_template([m.for_template() for m in body.messages]),
