@@ -151,7 +151,7 @@ def raw_text(fmt: ThinkingFormat, thinking: str, answer: str, inside: bool) -> s
     return text + (f"\n{fmt.close}\n\n{answer}" if answer else "")
 
 
-def _partial(text: str, tag: str) -> int:
+def partial_tag(text: str, tag: str) -> int:
     """The length of the longest end of text that is a proper start of tag (a tag arriving in
     pieces)."""
     for n in range(min(len(tag) - 1, len(text)), 0, -1):
@@ -228,7 +228,7 @@ class ThinkingSplitter:
                     thinking.append(s[:end].rstrip())
                     s, self.phase, self._fresh = s[end + len(self.fmt.close) :], ANSWER, True
                     continue
-                body = s[: len(s) - _partial(s, self.fmt.close)]
+                body = s[: len(s) - partial_tag(s, self.fmt.close)]
                 said = body.rstrip()  # trailing whitespace waits: it may precede the tag
                 thinking.append(said)
                 self._held = s[len(said) :]

@@ -38,7 +38,7 @@ from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
 from kwker.constrained import Constraint, ConstraintError, grammar_of
-from kwker.thinking import template_text
+from kwker.thinking import partial_tag, template_text
 
 CHOICES = ("auto", "required", "none")
 # compact JSON as Python's json.dumps writes it, which is how the templates render earlier calls
@@ -371,14 +371,6 @@ def tool_constraint(fmt, tools, tokenizer, vocab, eos_ids, choice="auto", parall
 
 
 # ----------------------------------------------------------------------------------- parsing
-def _partial(text: str, tag: str) -> int:
-    """The length of the longest end of text that is a proper start of tag."""
-    for n in range(min(len(tag) - 1, len(text)), 0, -1):
-        if tag.startswith(text[-n:]):
-            return n
-    return 0
-
-
 def _args_shown(body: str) -> str:
     """The arguments' text so far of a body after its head: without the object's closing brace
     and the spaces around it, which may be the end (kept back until they are not)."""
@@ -476,7 +468,7 @@ class ToolCallParser:
                 self.phase, self._body, self._head, self._shown = CALL, "", None, ""
                 s = s[at + len(self.fmt.open) :]
                 continue
-            keep = _partial(s, self.fmt.open)
+            keep = partial_tag(s, self.fmt.open)
             said, rest = s[: len(s) - keep], s[len(s) - keep :]
             body = said.rstrip()  # trailing spaces wait: they may precede a call
             if body.strip():
@@ -497,7 +489,7 @@ class ToolCallParser:
             self.phase = TEXT
             return rest
         if close and not self.fmt.many:
-            visible = self._body[: len(self._body) - _partial(self._body, close)]
+            visible = self._body[: len(self._body) - partial_tag(self._body, close)]
             self._stream(visible, deltas)
         return ""
 
