@@ -280,7 +280,7 @@ def _fetch_checked(
             if f.sha256 and not checked_before:  # an LFS file: a transfer that can resume
                 url = hf_hub_url(repo_id, f.name, revision=commit, endpoint=_endpoint())
                 headers = build_hf_headers(token=token, library_name="kwker")
-                wrong = resumable.fetch_blob(url, headers, blobs, f, tally, _retrying)
+                wrong = resumable.fetch_blob(url, headers, blobs, f, tally, _retrying, _mismatch)
                 checked_before = wrong is None  # a blob checked just now is not hashed again
             if wrong in (None, "was there before"):
                 path = _retrying(fetch, tally.check)  # links the blob, or fetches a small file

@@ -13,29 +13,27 @@ Nothing unchecked ever takes the blob's name.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 from pathlib import Path
-
-CHUNK = 1 << 20  # bytes read at a time when hashing
 
 
 def partial_path(blobs: Path, sha256: str) -> Path:
     return blobs / f"{sha256}.resume"
 
 
-def fetch_blob(url: str, headers: dict, blobs: Path, f, tally, retrying) -> str | None:
+def fetch_blob(url: str, headers: dict, blobs: Path, f, tally, retrying, check) -> str | None:
     """Fetches the LFS file f (a kwker.models.hub.RepoFile with its sha256) from url into
     blobs/<sha256>, resuming a partial file, retried by `retrying` (kwker.models.hub's
-    _retrying) while it fails in a way that may pass. Returns None when the blob is in place and
-    checked, or what was wrong with the bytes (the partial file is then deleted)."""
+    _retrying) while it fails in a way that may pass, and checked by `check` (hub's _mismatch:
+    size and sha256). Returns None when the blob is in place and checked, or what was wrong with
+    the bytes (the partial file is then deleted)."""
     blobs.mkdir(parents=True, exist_ok=True)
     blob, partial = blobs / f.sha256, partial_path(blobs, f.sha256)
     if blob.exists():
         return "was there before"  # a blob of another download: the caller hashes it
     retrying(lambda: _transfer(url, headers, partial, f.size, tally), tally.check)
-    wrong = _check(partial, f)
+    wrong = check(partial, f)
     if wrong is not None:
         partial.unlink(missing_ok=True)
         return wrong
@@ -76,14 +74,3 @@ def _transfer(url: str, headers: dict, partial: Path, size: int, tally) -> None:
 def _range_start(content_range: str | None) -> int | None:
     m = re.match(r"bytes (\d+)-", content_range or "")
     return int(m.group(1)) if m else None
-
-
-def _check(path: Path, f) -> str | None:
-    have = path.stat().st_size
-    if have != f.size:
-        return f"has {have} bytes where the Hub lists {f.size}"
-    h = hashlib.sha256()
-    with open(path, "rb") as file:
-        while block := file.read(CHUNK):
-            h.update(block)
-    return None if h.hexdigest() == f.sha256 else "does not match its sha256"
