@@ -39,9 +39,7 @@ def on_disk() -> list[tuple[str, int, Path]]:
             cached.append((repo, size, path))
             continue
         # a repo of GGUF files: a row for each quant downloaded, "OWNER/REPO:QUANT"
-        files = [hub.RepoFile(p.relative_to(path).as_posix(), p.stat().st_size, None, None)
-                 for p in path.rglob("*.gguf") if p.exists()]  # fmt: skip
-        for q in gguf_repo.quants(files):
+        for q in gguf_repo.downloaded(path):
             cached.append((f"{repo}:{q.name}", q.size, path / q.first))
     known = {repo for repo, _, _ in cached}
     for repo in PYPI_MODELS:

@@ -153,16 +153,21 @@ def download(spec: str, token: str | None = None, progress=None, cancel=None) ->
     return snapshot / chosen[0].first
 
 
-def cached(spec: str, snapshot: Path) -> Path | None:
-    """The file of spec's quant in a downloaded snapshot of its repo, all parts there; None when
-    it is not downloaded (or no quant was named and the snapshot holds several)."""
-    _, wanted = parse_spec(spec)
+def downloaded(snapshot: Path) -> list[Quant]:
+    """The quants whose files (every part) are in a downloaded snapshot of their repo."""
     files = [
         hub.RepoFile(p.relative_to(snapshot).as_posix(), p.stat().st_size, None, None)
         for p in snapshot.rglob("*.gguf")
         if p.exists()  # a dangling link is not a file
     ]
-    found = quants(files)
+    return quants(files)
+
+
+def cached(spec: str, snapshot: Path) -> Path | None:
+    """The file of spec's quant in a downloaded snapshot of its repo, all parts there; None when
+    it is not downloaded (or no quant was named and the snapshot holds several)."""
+    _, wanted = parse_spec(spec)
+    found = downloaded(snapshot)
     if wanted is None and len(found) != 1:
         return None
     match = [q for q in found if wanted is None or q.name == wanted]
