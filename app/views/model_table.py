@@ -63,6 +63,8 @@ def remove_download(repo: str) -> int:
     returns the bytes freed."""
     from kwker.models.pypi_source import fetched_gguf
 
+    if gguf_repo.parse_spec(repo)[1] is not None:  # a quant of a GGUF repo: its files alone
+        return gguf_repo.remove(repo)
     path = fetched_gguf(repo)
     try:
         return hub.remove(repo)

@@ -220,3 +220,19 @@ def test_the_cli_downloads_and_generates_from_a_repo_and_quant(hubsrv):
 
 def cache_file(cache, name):
     return next(p for p in cache.rglob(name) if "snapshots" in p.parts)
+
+
+def test_a_downloaded_quant_is_deleted_alone(hubsrv):
+    """Deleting REPO:QUANT frees that quant's files; the repo's other quants stay, and the last
+    one's deletion takes the repo out of the cache."""
+    _, _, folders, _, _ = hubsrv
+    q8 = loader.download(f"{REPO}:Q8_0")
+    q4 = loader.download(f"{REPO}:Q4_0")  # a split one: three parts
+    blob = q8.resolve()
+    assert gguf_repo.remove(f"{REPO}:Q8_0") == (folders[REPO] / "Tiny-Q8_0.gguf").stat().st_size
+    assert not q8.exists() and not blob.exists() and q4.exists()
+    parts = sum(p.stat().st_size for p in (folders[REPO] / "Tiny-Q4_0").iterdir())
+    assert gguf_repo.remove(f"{REPO}:Q4_0") == parts
+    assert REPO not in [repo for repo, _, _ in hub.cached_models()]
+    with pytest.raises(hub.DownloadError, match="is not downloaded"):
+        gguf_repo.remove(f"{REPO}:Q4_0")

@@ -174,6 +174,29 @@ def cached(spec: str, snapshot: Path) -> Path | None:
     return snapshot / match[0].first if match else None
 
 
+def remove(spec: str) -> int:
+    """Deletes a downloaded quant (OWNER/REPO:QUANT): its files' links in the snapshot and the
+    blobs they point to; the repo's other quants stay, and a repo left with none is deleted from
+    the cache. Returns the bytes freed; hub.DownloadError when the quant is not downloaded."""
+    repo_id, _ = parse_spec(spec)
+    for repo, _, snapshot in hub.cached_models():
+        first = cached(spec, snapshot) if repo == repo_id else None
+        if first is None:
+            continue
+        (quant,) = [q for q in downloaded(snapshot) if snapshot / q.first == first]
+        freed = 0
+        for f in quant.files:
+            link = snapshot / f.name
+            blob = link.resolve()
+            freed += blob.stat().st_size
+            blob.unlink()
+            link.unlink()
+        if not downloaded(snapshot):
+            hub.remove(repo_id)
+        return freed
+    raise hub.DownloadError(f"{spec} is not downloaded")
+
+
 # ---- the GGUF header over HTTP range requests -----------------------------------------------
 
 FIRST_READ = 8 << 20  # bytes asked for first: a 150k-token vocabulary's header takes 6 MB
