@@ -15,7 +15,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
 def main() -> None:
-    from kwker import quality
+    from kwker.bench import quality
     from kwker.decode import KwkDecoder
     from kwker.models import load_model
 

@@ -10,9 +10,10 @@ Each file is written beside the source once (kwker.bench.peers.recipe_gguf, the 
 quality table reads), then loaded by Kwker at its nearest precision (kwker.loading.build
 GGUF_PRECISION). The reference is Kwker fp32 on the source file, which the quality table's
 transformers fp32 equals bit for bit (tests/engine/test_file_loading.py); the text and the scores
-are kwker.quality's. A type llama.cpp refuses (the IQ2/IQ1 types without an importance matrix) is
-reported with its reason. Each row also shows the mix of types the recipe wrote (llama.cpp keeps
-rows whose length is not a multiple of 256 in a 32-value type) and a greedy answer to a question.
+are kwker.bench.quality's. A type llama.cpp refuses (the IQ2/IQ1 types without an importance
+matrix) is reported with its reason. Each row also shows the mix of types the recipe wrote
+(llama.cpp keeps rows whose length is not a multiple of 256 in a 32-value type) and a greedy answer
+to a question.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ import gguf
 import numpy as np
 import torch
 
-from kwker import quality
+from kwker.bench import quality
 from kwker.bench.peers import recipe_gguf
 from kwker.loading.load import load_decoder
 

@@ -5,17 +5,27 @@ Q4_1 GGUF: int4's scale + min blocks of 32 hold that grid almost exactly (only t
 left), so here int4 even beats int8, whose symmetric levels do not fall on it. With the symmetric int4 of before
 (Q4_0-like) the same text gave KL 0.83 / 57.6%."""
 
+import importlib
 import math
+import sys
 
 import pytest
 
-from kwker import quality
+from kwker.bench import quality
 
 
 def test_shipped_text_is_prose():
     text = quality.text()
     assert text.startswith("Four score and seven years ago") and "Call me Ishmael." in text
     assert len(text.split()) > 400  # over 512 tokens for these tokenizers
+
+
+def test_the_old_path_warns_and_still_works(monkeypatch):
+    monkeypatch.delitem(sys.modules, "kwker.quality", raising=False)  # import it afresh
+    with pytest.warns(DeprecationWarning, match="kwker.bench.quality"):
+        old = importlib.import_module("kwker.quality")
+    assert old.measure is quality.measure and old.ROWS == quality.ROWS
+    assert old.text().startswith("Four score and seven years ago")
 
 
 @pytest.mark.slow

@@ -1,5 +1,5 @@
-"""`kwker bench`'s entry, and its default run: prefill and generation of kwker and its peers against the
-roofline."""
+"""`kwker bench`'s entry, and its default run: prefill and generation of kwker and its peers
+against the roofline."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ def main(args) -> int:
     """Runs what `kwker bench`'s parsed arguments ask for and writes --json."""
     peers = [p.strip() for p in (args.vs or "").split(",") if p.strip()]
     if args.quality:
-        from kwker import quality
+        from kwker.bench import quality
 
         result = quality.run(args.model, threads=args.threads, peers=peers)
     elif args.lookup or args.draft:
@@ -95,12 +95,13 @@ def run(
     timings = measure.time_engines(
         engines, pp_tokens, pp_name, tg_prompt, tg, tg_name, repeats, threads, is_quantized
     )
-    # This shared host's speed drifts by tens of percent over minutes: generation's fraction of the roofline
-    # is its median over the median of the probes taken beside it (the machine line is the best of its probes).
+    # This shared host's speed drifts by tens of percent over minutes: generation's fraction of the
+    # roofline is its median over the median of the probes taken beside it (the machine line is the
+    # best of its probes).
     bw = statistics.median(timings.probes)
     out(report.bandwidth_line(timings.probes, bw, threads))
-    # Prefill's ceiling: the multiply-accumulates of the layers' matrices per token at the compute peak of
-    # the precision's kernels, the median of the peaks measured beside the prefill runs.
+    # Prefill's ceiling: the multiply-accumulates of the layers' matrices per token at the compute
+    # peak of the precision's kernels, the median of the peaks measured beside the prefill runs.
     macs = measure.prefill_macs_per_token(config)
     peak = statistics.median(timings.peaks)
     kind = "int8" if is_quantized else "fp32"
