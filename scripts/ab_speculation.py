@@ -24,7 +24,7 @@ import types
 
 from kwker import generation
 from kwker.bench.speculation import TASKS
-from kwker.loading.load import load_decoder
+from kwker.loading.load import load_files
 from kwker.precision import DRAFT
 from kwker.speculative import Speculator, StepCosts
 
@@ -73,8 +73,8 @@ CHANGES = {"hope": Hope, "lookup-copy": LookupCopy}
 
 
 def main(change: str, precision: str, repeats: int, tasks: list[str]) -> None:
-    target = load_decoder(model_file("1.5B"), max_cache_len=1024, precision=precision)
-    draft = load_decoder(model_file("0.5B"), max_cache_len=1024, precision=DRAFT)
+    target = load_files(model_file("1.5B"), max_cache_len=1024, precision=precision)
+    draft = load_files(model_file("0.5B"), max_cache_len=1024, precision=DRAFT)
     ab = CHANGES[change](target, draft)
     for task in tasks:
         chat = [{"role": "user", "content": TASKS[task]}]

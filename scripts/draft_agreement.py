@@ -18,7 +18,7 @@ import gguf
 import numpy as np
 
 from kwker.bench.speculation import TASKS
-from kwker.loading.load import load_decoder
+from kwker.loading.load import load_files
 from kwker.precision import DRAFT
 
 TEXTS = {
@@ -57,7 +57,7 @@ def main() -> None:
 
 def greedy_answers(target: str, precision: str, n: int) -> dict:
     """Per text: (prompt ids, the target's greedy answer of at most n tokens)."""
-    dec = load_decoder(target, max_cache_len=1024, precision=precision)
+    dec = load_files(target, max_cache_len=1024, precision=precision)
     out = {}
     for task, text in TEXTS.items():
         chat = [{"role": "user", "content": text}]
@@ -73,7 +73,7 @@ def greedy_answers(target: str, precision: str, n: int) -> dict:
 def agreement(draft: Path, answers: dict) -> tuple[dict, int]:
     """Per text, the share of answer tokens that are the draft's top token after the same prefix;
     and the draft's weight bytes a token."""
-    run = load_decoder(draft, max_cache_len=1024, precision=DRAFT, cache=False).runner
+    run = load_files(draft, max_cache_len=1024, precision=DRAFT, cache=False).runner
     shares = {}
     for task, (prompt, answer) in answers.items():
         slot = run.acquire()

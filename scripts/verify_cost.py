@@ -15,7 +15,7 @@ import time
 
 import numpy as np
 
-from kwker.loading.load import load_decoder
+from kwker.loading.load import load_files
 from kwker.precision import DRAFT
 from kwker.runner import Feed
 from kwker.speculative import DraftProposer
@@ -35,13 +35,13 @@ def main() -> None:
     ks = sorted({1, *(int(k) for k in args.ks.split(","))})
     rng = random.Random(0)
     context = [rng.randrange(1000, 20000) for _ in range(CONTEXT)]
-    runner = load_decoder(args.model, max_cache_len=1024, precision=args.precision).runner
+    runner = load_files(args.model, max_cache_len=1024, precision=args.precision).runner
     slot = runner.acquire()
     runner.extend_slot(slot, 0, context, rows="none", logits=False)
     times: dict = {k: [] for k in ks}  # k -> seconds; ("draft", head) -> seconds a proposal
     timed = [(k, lambda k=k: verify(runner, slot, k)) for k in ks]
     if args.draft:
-        draft = load_decoder(args.draft, max_cache_len=1024, precision=DRAFT).runner
+        draft = load_files(args.draft, max_cache_len=1024, precision=DRAFT).runner
         dslot = draft.acquire()
         draft.extend_slot(dslot, 0, context, rows="none", logits=False)
         draft.set_head_subset(np.arange(DraftProposer.HEAD_SUBSET))

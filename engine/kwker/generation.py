@@ -1,15 +1,16 @@
 """StepDecoder: the generation API (generate, stream_generate, generate_batch, forward) over a step.
 
-A decoder is a step plus the model's config: KwkDecoder (kwker.decode) packs a model's weights into
-the native step, kwker.compiled.Decoder runs the model's own forward compiled ahead of time; both
-are StepDecoders over a Runner, which owns the step and what each slot of its cache holds. Calls on
-one decoder from several threads take turns: a generation holds the runner from its first step to
-its last (see Runner.hold).
+A decoder is a step plus the model's config: FileDecoder (kwker.loading.load, behind kwker.load)
+packs a model's files into the native step, KwkDecoder (kwker.hf.decoder) a transformers model's
+weights, and CompiledDecoder (kwker.hf.compiled) runs the model's own forward compiled ahead of
+time; all are StepDecoders over a Runner, which owns the step and what each slot of its cache
+holds. Calls on one decoder from several threads take turns: a generation holds the runner from
+its first step to its last (see Runner.hold).
 
 torch is optional: the module never imports it unless a result is to be a torch tensor. Results
-are torch tensors when the decoder's `returns` is "torch" (KwkDecoder and Decoder, built from a
-torch model) or when the prompt came as a tensor; else numpy arrays (a decoder built from model
-files without torch sets returns="numpy").
+are torch tensors when the decoder's `returns` is "torch" (KwkDecoder and CompiledDecoder, built
+from a torch model) or when the prompt came as a tensor; else numpy arrays (a decoder built from
+model files without torch sets returns="numpy").
 """
 
 from __future__ import annotations

@@ -39,7 +39,7 @@ import numpy as np
 from loading_files import value as gguf_value
 
 from kwker.loading.errors import BadModelFile
-from kwker.loading.load import load_decoder
+from kwker.loading.load import load_files
 from kwker.models.imported import check_runs
 
 PRECISION = "int4"  # the cache entry's: its matrices are Q4, the issue's "wtype" flip
@@ -201,7 +201,7 @@ def make_models(root: Path) -> Models:
     folders["sharded"] = write_folder(root / "sharded", "llama", shards=2)
     cache = root / "cache"
     with cache_dir(cache):
-        dec = load_decoder(gguf, 64, precision=PRECISION)
+        dec = load_files(gguf, 64, precision=PRECISION)
         answer = dec.generate(PROMPT, max_new_tokens=4)[0].tolist()
     (entry,) = (cache / "packed").glob("*.kwk")
     return Models(gguf, folders, cache, entry.relative_to(cache), answer)
@@ -766,7 +766,7 @@ def run_file_case(path: Path) -> tuple[str, str, bool]:
     checking it as `kwker models import` does: the import must refuse what the load refuses for
     the file's header, and take what loads."""
     try:
-        dec = load_decoder(path, cache=False)
+        dec = load_files(path, cache=False)
         if dec.max_cache_len > 1:  # a context of 1 (a damaged context_length) holds no answer
             dec.generate([0], max_new_tokens=1)
         kind, detail = "loaded", ""
@@ -795,12 +795,12 @@ def run_cache_case(models: Models, damaged: bytes, scratch: Path) -> tuple[str, 
     (cache / models.entry).write_bytes(damaged)
     try:
         with cache_dir(cache):
-            dec = load_decoder(models.gguf, 64, precision=PRECISION)
+            dec = load_files(models.gguf, 64, precision=PRECISION)
             answer = dec.generate(PROMPT, max_new_tokens=4)[0].tolist()
             kind = "reused" if dec.from_cache else "rebuilt"
             if answer != models.answer:
                 return f"FAILED: the {kind} entry answers {answer}", ""
-            if not load_decoder(models.gguf, 64, precision=PRECISION).from_cache:
+            if not load_files(models.gguf, 64, precision=PRECISION).from_cache:
                 return "FAILED: the next load packs again", ""
     except Exception as e:  # noqa: BLE001  (the cache must never fail a load)
         return failure(e)

@@ -6,7 +6,7 @@ import torch
 from helpers import tiny_llama
 from transformers import GPT2Config, GPT2LMHeadModel
 
-from kwker.decode import KwkDecoder, runner_unsupported
+from kwker.hf import KwkDecoder, unsupported_reason
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +45,7 @@ def test_bad_max_new_tokens(dec, n):
 
 def test_unsupported_model_is_explained():
     gpt2 = GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=100))
-    reason = runner_unsupported(gpt2, 64)
+    reason = unsupported_reason(gpt2, 64)
     assert "gpt2" in reason and "llama" in reason
     with pytest.raises(ValueError, match="cannot run GPT2LMHeadModel"):
         KwkDecoder(gpt2, max_cache_len=64)
@@ -53,9 +53,9 @@ def test_unsupported_model_is_explained():
 
 def test_cache_longer_than_the_model_positions():
     model = tiny_llama(hidden=64, heads=2, kv_heads=1, inter=96, max_pos=128)
-    assert "max_position_embeddings 128" in runner_unsupported(model, 256)
-    assert runner_unsupported(model, 128) is None
-    assert "positive integer" in runner_unsupported(model, 0)
+    assert "max_position_embeddings 128" in unsupported_reason(model, 256)
+    assert unsupported_reason(model, 128) is None
+    assert "positive integer" in unsupported_reason(model, 0)
 
 
 def test_bad_constructor_arguments():
@@ -74,7 +74,7 @@ def test_dynamic_rope_is_refused():
         inter=96,
         rope_parameters=dict(rope_type="dynamic", rope_theta=10000.0, factor=2.0),
     )
-    assert "rope type 'dynamic'" in runner_unsupported(model, 64)
+    assert "rope type 'dynamic'" in unsupported_reason(model, 64)
 
 
 def works(dec):

@@ -5,7 +5,7 @@ import pytest
 import torch
 from helpers import tiny_llama
 
-from kwker.decode import KwkDecoder
+from kwker.hf import KwkDecoder
 
 PROMPTS = [
     [5, 9, 33, 102, 7, 61, 5, 9, 33],

@@ -5,7 +5,7 @@ import pytest
 import torch
 from helpers import tiny_llama
 
-from kwker.decode import KwkDecoder
+from kwker.hf import KwkDecoder
 
 SEQ = torch.randint(0, 1000, (40,), generator=torch.Generator().manual_seed(3)).tolist()
 

@@ -8,7 +8,7 @@ import stat
 
 import pytest
 
-from kwker.loading.load import load_decoder
+from kwker.loading.load import load_files
 from kwker.models import bundled
 from kwker.models.loader import DEFAULT_MODEL, resolve_model
 
@@ -36,7 +36,7 @@ def test_a_bundled_folder_loads_without_packing_or_writing(tmp_path, monkeypatch
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     path = resolve_model(DEFAULT_MODEL)
     assert path == installed / gguf.name
-    dec = load_decoder(path, max_cache_len=256, precision="int4")
+    dec = load_files(path, max_cache_len=256, precision="int4")
     assert dec.from_cache
     ids = dec.tokenizer("The capital of France is")["input_ids"]
     assert len(dec.generate(ids, max_new_tokens=4)[0]) == len(ids) + 4
@@ -44,5 +44,5 @@ def test_a_bundled_folder_loads_without_packing_or_writing(tmp_path, monkeypatch
     assert written == []
     # the same bytes under the build's path give the same packed entry
     monkeypatch.setenv("KWKER_BUNDLED_DIR", str(built))
-    assert load_decoder(built / gguf.name, max_cache_len=256, precision="int4").from_cache
+    assert load_files(built / gguf.name, max_cache_len=256, precision="int4").from_cache
     assert os.listdir(installed / "packed") == os.listdir(built / "packed")

@@ -17,7 +17,7 @@ import pytest
 
 from kwker.loading import packed_cache
 from kwker.loading import tokenizer as tokenizer_module
-from kwker.loading.load import load_decoder
+from kwker.loading.load import load_files
 from kwker.loading.tokenizer import KWKER_TOKENIZER_FILE, save_tokenizer
 from kwker.models.loader import DEFAULT_MODEL
 
@@ -48,12 +48,12 @@ def answer(dec) -> tuple[list, list]:
 
 @pytest.fixture(scope="module")
 def expected(gguf):
-    return answer(load_decoder(gguf, 64, precision="int4", cache=False))
+    return answer(load_files(gguf, 64, precision="int4", cache=False))
 
 
 def load(gguf, said: list | None = None):
     """The model from the cache; `said` takes its progress messages."""
-    return load_decoder(gguf, 64, precision="int4", progress=None if said is None else said.append)
+    return load_files(gguf, 64, precision="int4", progress=None if said is None else said.append)
 
 
 def entry_of(cache: Path) -> Path:
@@ -255,9 +255,9 @@ def run(code: str, *args, limit_bytes: int | None = None) -> subprocess.Complete
 
 LOAD_AND_ANSWER = """
 import json, sys
-from kwker.loading.load import load_decoder
+from kwker.loading.load import load_files
 said = []
-dec = load_decoder(sys.argv[1], 64, precision="int4", progress=said.append)
+dec = load_files(sys.argv[1], 64, precision="int4", progress=said.append)
 ids = dec.tokenizer(sys.argv[2])["input_ids"]
 out = dec.generate(ids, max_new_tokens=4)[0, len(ids):].tolist()
 print(json.dumps({"answer": [ids, out], "said": said, "from_cache": dec.from_cache}))
@@ -285,9 +285,9 @@ def test_a_full_disk_runs_the_model_uncached(gguf, cache, expected):
 
 KILLED_MID_WRITE = """
 import os, signal, sys
-from kwker.loading.load import load_decoder
+from kwker.loading.load import load_files
 os.fsync = lambda fd: os.kill(os.getpid(), signal.SIGKILL)  # kill -9 once the data is written
-load_decoder(sys.argv[1], 64, precision="int4")
+load_files(sys.argv[1], 64, precision="int4")
 """
 
 
@@ -302,9 +302,7 @@ def test_the_debris_of_killed_writes_is_swept_but_not_a_write_under_way(gguf, ca
     assert entry_debris.stat().st_size > 90_000_000
     assert not list(packed.glob("*.kwk"))
     tokenizer_debris = packed / ".SmolLM2.tokenizer.killed.partial"
-    save_tokenizer(
-        load_decoder(gguf, 64, precision="int4", cache=False).tokenizer, tokenizer_debris
-    )
+    save_tokenizer(load_files(gguf, 64, precision="int4", cache=False).tokenizer, tokenizer_debris)
     under_way = packed / ".SmolLM2.kwk.another-process.partial"
     under_way.write_bytes(b"being written")
     old = time.time() - packed_cache.DEBRIS_AGE - 60

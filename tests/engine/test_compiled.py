@@ -1,12 +1,13 @@
-"""Decoder: families the native step does not run (GPT-2, OPT), through their own forward exported and compiled
-ahead of time, with KwkDecoder's generate / lookup / sampling interface and a disk cache of the compiled step."""
+"""CompiledDecoder: families the native step does not run (GPT-2, OPT), through their own forward
+exported and compiled ahead of time, with KwkDecoder's generate / lookup / sampling interface and
+a disk cache of the compiled step."""
 
 import pytest
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel, OPTConfig, OPTForCausalLM
 
-from kwker.compiled import Decoder, package_key
-from kwker.decode import runner_unsupported
+from kwker.hf import unsupported_reason
+from kwker.hf.compiled import CompiledDecoder, package_key
 
 PROMPT = torch.tensor(
     [[3, 17, 250, 9, 40, 511, 7, 99, 3, 17, 250, 9, 40]]
@@ -49,13 +50,14 @@ def opt():
 
 @pytest.fixture(scope="module", params=[gpt2, opt], ids=["gpt2", "opt"])
 def compiled(request, tmp_path_factory):
-    """(model, a Decoder that compiled, its cache folder): one compilation per family for the whole module."""
+    """(model, a CompiledDecoder that compiled, its cache folder): one compilation per family
+    for the whole module."""
     model = request.param()
     assert (
-        runner_unsupported(model, 128) is not None
+        unsupported_reason(model, 128) is not None
     )  # really a family the native step does not run
     folder = tmp_path_factory.mktemp("compiled")
-    dec = Decoder(model, max_cache_len=128, cache_folder=folder)
+    dec = CompiledDecoder(model, max_cache_len=128, cache_folder=folder)
     assert dec.compiled_now and len(list(folder.glob("*.pt2"))) == 1
     return model, dec, folder
 
@@ -102,7 +104,7 @@ def test_seeded_sampling_is_the_same_with_and_without_lookup(compiled):
 
 def test_second_construction_loads_from_the_disk_cache(compiled):
     model, dec, folder = compiled
-    again = Decoder(model, max_cache_len=128, cache_folder=folder)
+    again = CompiledDecoder(model, max_cache_len=128, cache_folder=folder)
     assert not again.compiled_now and again.build_seconds < dec.build_seconds
     # two decoders from one package keep their own KV caches: `dec` continues its text from its cache after
     # `again` has written other tokens at the same positions of its own
@@ -129,8 +131,8 @@ def test_the_cache_key_follows_weights_and_sizes(compiled):
 def test_bad_arguments_are_clear_errors():
     model = gpt2()
     with pytest.raises(ValueError, match="max_batch=1"):
-        Decoder(model, max_cache_len=64, max_batch=2)
+        CompiledDecoder(model, max_cache_len=64, max_batch=2)
     with pytest.raises(ValueError, match="own precision"):
-        Decoder(model, max_cache_len=64, precision="int4")
+        CompiledDecoder(model, max_cache_len=64, precision="int4")
     with pytest.raises(ValueError, match="256 positions"):
-        Decoder(model, max_cache_len=512)
+        CompiledDecoder(model, max_cache_len=512)

@@ -10,7 +10,7 @@ import pytest
 from helpers import tiny_llama
 
 from kwker.constrained import ConstraintError
-from kwker.decode import KwkDecoder
+from kwker.hf import KwkDecoder
 from kwker.sampling import SeededGenerator
 
 NAME = {"type": "string", "pattern": "^[a-z]{1,8}$"}

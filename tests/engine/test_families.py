@@ -17,7 +17,7 @@ from transformers import (
     Qwen3ForCausalLM,
 )
 
-from kwker.decode import KwkDecoder, runner_unsupported
+from kwker.hf import KwkDecoder, unsupported_reason
 
 PROMPT = torch.tensor([[3, 17, 250, 9, 40, 511, 7, 99, 300, 12, 5, 6, 44]])
 # longer than the tiny sliding windows below, so that windowed layers really drop keys
@@ -244,10 +244,10 @@ def test_converted_precisions_stay_close(name, precision, tolerance):
 
 
 def test_variants_the_native_step_cannot_run_say_why():
-    assert "longrope" in runner_unsupported(MODELS["phi3-longrope"](), 300)
-    assert runner_unsupported(MODELS["phi3-longrope"](), 256) is None
-    assert "softcapping" in runner_unsupported(gemma3(final_logit_softcapping=30.0), 64)
-    assert "activation" in runner_unsupported(gemma3(hidden_activation="relu"), 64)
+    assert "longrope" in unsupported_reason(MODELS["phi3-longrope"](), 300)
+    assert unsupported_reason(MODELS["phi3-longrope"](), 256) is None
+    assert "softcapping" in unsupported_reason(gemma3(final_logit_softcapping=30.0), 64)
+    assert "activation" in unsupported_reason(gemma3(hidden_activation="relu"), 64)
 
 
 @pytest.mark.slow

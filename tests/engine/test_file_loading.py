@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 import torch
 
-from kwker.decode import KwkDecoder
-from kwker.loading.load import load_decoder
+from kwker.hf import KwkDecoder
+from kwker.loading.load import load_files
 from kwker.loading.sources import BadModelFile
 from kwker.precision import NAMES
 
@@ -57,7 +57,7 @@ def test_safetensors_folder_packs_what_the_model_object_packs(family, tmp_path):
     model = FAMILIES[family]()
     model.save_pretrained(tmp_path / "m")
     for precision in (None, "int4", "bf16"):
-        ours = load_decoder(tmp_path / "m", max_cache_len=64, precision=precision, cache=False)
+        ours = load_files(tmp_path / "m", max_cache_len=64, precision=precision, cache=False)
         theirs = KwkDecoder(model, max_cache_len=64, precision=precision)
         assert ours.precision == theirs.precision
         assert packed_bytes(ours) == packed_bytes(theirs)
@@ -68,7 +68,7 @@ def test_a_sharded_safetensors_folder_loads(tmp_path):
     model = tiny_llama(tied=False)
     model.save_pretrained(tmp_path / "m", max_shard_size="200KB")
     assert (tmp_path / "m" / "model.safetensors.index.json").exists()
-    same_logits(load_decoder(tmp_path / "m", 64, cache=False), KwkDecoder(model, 64))
+    same_logits(load_files(tmp_path / "m", 64, cache=False), KwkDecoder(model, 64))
 
 
 REAL = ["HuggingFaceTB/SmolLM2-135M-Instruct", "Qwen/Qwen2.5-Coder-0.5B-Instruct",
@@ -88,7 +88,7 @@ def real_gguf(request):
 def test_a_real_gguf_packs_what_transformers_loading_it_packs_at_every_precision(real_gguf):
     path, model = real_gguf
     for precision in NAMES:
-        ours = load_decoder(path, max_cache_len=64, precision=precision, cache=False)
+        ours = load_files(path, max_cache_len=64, precision=precision, cache=False)
         theirs = KwkDecoder(model, max_cache_len=64, precision=precision)
         same_logits(ours, theirs)
         del ours, theirs  # one pair at a time: Gemma's at fp32 is 2 GB, a third of CI's memory
@@ -96,23 +96,23 @@ def test_a_real_gguf_packs_what_transformers_loading_it_packs_at_every_precision
 
 def test_the_packed_cache_gives_the_same_model_and_rebuilds_a_damaged_entry(own_cache, tmp_path):
     path = write_gguf(tmp_path / "tiny.gguf", "tiny", "Q4_K")
-    first = load_decoder(path, 64, precision="int4")
+    first = load_files(path, 64, precision="int4")
     assert not first.from_cache
     [entry] = (own_cache / "packed").glob("*.kwk")
-    again = load_decoder(path, 64, precision="int4")
+    again = load_files(path, 64, precision="int4")
     assert again.from_cache
     same_logits(first, again)
     data = bytearray(entry.read_bytes())
     data[-100] ^= 0xFF  # one flipped bit in the last matrix's panels
     entry.write_bytes(bytes(data))
-    rebuilt = load_decoder(path, 64, precision="int4")
+    rebuilt = load_files(path, 64, precision="int4")
     assert not rebuilt.from_cache  # the damaged entry was not trusted
     same_logits(first, rebuilt)
-    assert load_decoder(path, 64, precision="int4").from_cache
+    assert load_files(path, 64, precision="int4").from_cache
     entry.write_bytes(entry.read_bytes()[:-4096])  # truncated
-    assert not load_decoder(path, 64, precision="int4").from_cache
+    assert not load_files(path, 64, precision="int4").from_cache
     os.utime(path, ns=(1, 1))  # the source changed: a new entry
-    assert not load_decoder(path, 64, precision="int4").from_cache
+    assert not load_files(path, 64, precision="int4").from_cache
 
 
 def test_a_new_entry_replaces_the_older_ones_of_its_file_and_precision(
@@ -125,28 +125,28 @@ def test_a_new_entry_replaces_the_older_ones_of_its_file_and_precision(
     path = write_gguf(tmp_path / "tiny.gguf", "tiny", "Q4_K")
     (tmp_path / "elsewhere").mkdir()
     other = write_gguf(tmp_path / "elsewhere" / "tiny.gguf", "tiny", "Q4_K")  # the same name
-    load_decoder(path, 64, precision="int4")
-    load_decoder(path, 64, precision="balanced")
-    load_decoder(other, 64, precision="int4")
+    load_files(path, 64, precision="int4")
+    load_files(path, 64, precision="balanced")
+    load_files(other, 64, precision="int4")
     packed = own_cache / "packed"
     before = {p.name for p in packed.glob("*.kwk")}
     assert len(before) == 3
     monkeypatch.setattr(packed_cache, "native_identity", lambda: "a rebuilt module")
-    assert not load_decoder(path, 64, precision="int4").from_cache
+    assert not load_files(path, 64, precision="int4").from_cache
     after = {p.name for p in packed.glob("*.kwk")}
     assert len(after) == 3 and len(after - before) == 1  # only path's int4 entry was replaced
     os.utime(path, ns=(1, 1))  # the file changed
-    assert not load_decoder(path, 64, precision="int4").from_cache
+    assert not load_files(path, 64, precision="int4").from_cache
     assert len(list(packed.glob("*.kwk"))) == 3
-    assert load_decoder(path, 64, precision="int4").from_cache
+    assert load_files(path, 64, precision="int4").from_cache
 
 
 def test_a_model_with_biases_is_read_back_from_the_packed_cache(own_cache, tmp_path):
     """Biases and panels go into the digest in the order they are read back (Qwen2's q/k/v
     biases once made every warm load a checksum mismatch, and every load packed again)."""
     tiny_llama(tied=False, bias=True).save_pretrained(tmp_path / "m")
-    first = load_decoder(tmp_path / "m", 64, precision="int4")
-    again = load_decoder(tmp_path / "m", 64, precision="int4")
+    first = load_files(tmp_path / "m", 64, precision="int4")
+    again = load_files(tmp_path / "m", 64, precision="int4")
     assert not first.from_cache and again.from_cache
     same_logits(first, again)
 
@@ -210,7 +210,7 @@ def test_a_bad_gguf_gets_a_clear_error_naming_it_and_caches_nothing(
     elif damage == "extra":
         rewrite_gguf(good, bad, extra="blk.0.strange.weight")
     with pytest.raises((BadModelFile, ValueError), match=message):
-        load_decoder(bad, 64, precision="int4")
+        load_files(bad, 64, precision="int4")
     packed = own_cache / "packed"
     assert not packed.exists() or not any(packed.glob("*.kwk*"))
 
@@ -230,8 +230,8 @@ def test_no_torch_on_the_file_path(tmp_path):
     path = write_gguf(tmp_path / "tiny.gguf", "tiny", "Q4_0")
     code = f"""
 import sys
-from kwker.loading.load import load_decoder
-dec = load_decoder({str(path)!r}, 64, precision="int4")
+from kwker.loading.load import load_files
+dec = load_files({str(path)!r}, 64, precision="int4")
 ids = dec.tokenizer.encode("hello world")
 out = dec.generate(ids, max_new_tokens=8)
 from kwker.sampling import SeededGenerator
@@ -250,7 +250,7 @@ print(len(out[0]), len(out2[0]))
 def test_a_tokenizers_output_is_a_prompt(tmp_path):
     """apply_chat_template's default result (a mapping with input_ids) is taken as the prompt."""
     path = write_gguf(tmp_path / "tiny.gguf", "tiny", "Q8_0")
-    dec = load_decoder(path, 64, cache=False)
+    dec = load_files(path, 64, cache=False)
     ids = dec.tokenizer("hello world")["input_ids"]
     as_mapping = dec.tokenizer("hello world")
     assert np.array_equal(dec.generate(as_mapping, max_new_tokens=4), dec.generate(ids, 4))
@@ -271,12 +271,12 @@ def test_a_full_disk_costs_only_the_cache(tmp_path, own_cache, monkeypatch):
     said = []
     with monkeypatch.context() as m:
         m.setattr(packed_cache.os, "fsync", full)
-        dec = load_decoder(path, 64, precision="int4", progress=said.append)
+        dec = load_files(path, 64, precision="int4", progress=said.append)
     assert any("No space left" in s for s in said)
     assert len(dec.generate([1, 2, 3], max_new_tokens=4)[0]) == 7
     assert not list((own_cache / "packed").glob("*.kwk*"))
-    assert not load_decoder(path, 64, precision="int4").from_cache
-    assert load_decoder(path, 64, precision="int4").from_cache
+    assert not load_files(path, 64, precision="int4").from_cache
+    assert load_files(path, 64, precision="int4").from_cache
 
 
 def test_a_cached_model_is_checked_as_a_fresh_one_and_gets_a_context_it_can_hold(tmp_path):
@@ -286,11 +286,11 @@ def test_a_cached_model_is_checked_as_a_fresh_one_and_gets_a_context_it_can_hold
     from kwker.loading.load import DEFAULT_CACHE_LEN
 
     path = write_gguf(tmp_path / "tiny.gguf", "tiny", "Q4_0")
-    dec = load_decoder(path, precision="int4")
+    dec = load_files(path, precision="int4")
     assert dec.max_cache_len == min(DEFAULT_CACHE_LEN, 2048) == 2048
-    assert load_decoder(path, precision="int4").from_cache
+    assert load_files(path, precision="int4").from_cache
     with pytest.raises(ValueError, match="max_position_embeddings 2048"):
-        load_decoder(path, 4096, precision="int4")
+        load_files(path, 4096, precision="int4")
 
 
 def test_import_registers_a_file_where_it_is_and_refuses_a_bad_one(tmp_path, own_cache):

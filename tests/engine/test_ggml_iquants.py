@@ -16,7 +16,7 @@ from gguf.quants import dequantize
 from kwker import _native
 from kwker.loading.build import GGUF_PRECISION
 from kwker.loading.gguf_file import GGML_TYPES
-from kwker.loading.load import load_decoder
+from kwker.loading.load import load_files
 from kwker.loading.memory import facts_from_files
 from kwker.models.gguf_tools import requantize
 
@@ -109,11 +109,11 @@ def test_a_file_of_the_type_runs_as_its_weights_in_f32(tmp_path, monkeypatch, ma
     path = sg.write_gguf(tmp_path / "tiny.gguf", "tiny", matrix_type)
     f32 = requantize(path, tmp_path / "tiny.F32.gguf", "F32")  # gguf-py's dequantizer, then F32
     assert facts_from_files(path).own == "int4"  # the memory estimate's precision, as load's
-    ours = load_decoder(path, 64, cache=False)
+    ours = load_files(path, 64, cache=False)
     assert ours.precision == "int4"
     for precision in ("fp32", "int4"):
-        a = ours if precision == "int4" else load_decoder(path, 64, precision, cache=False)
-        b = load_decoder(f32, 64, precision, cache=False)
+        a = ours if precision == "int4" else load_files(path, 64, precision, cache=False)
+        b = load_files(f32, 64, precision, cache=False)
         la, lb = np.asarray(a.forward(PROMPT)), np.asarray(b.forward(PROMPT))
         assert np.isfinite(la).all()
         assert np.array_equal(la.view(np.uint32), lb.view(np.uint32)), precision

@@ -18,7 +18,7 @@ import synthetic_gguf as sg
 
 from kwker.loading import memory
 from kwker.loading.errors import BadModelFile
-from kwker.loading.load import load_decoder
+from kwker.loading.load import load_files
 from kwker.models import gguf_repo, hub, loader
 
 REPO, SPLIT_ONLY, README_ONLY = "tiny/Tiny-GGUF", "tiny/Split-GGUF", "tiny/readme"
@@ -144,8 +144,8 @@ def test_a_split_quant_downloads_and_answers_as_the_single_file(hubsrv):
     _, _, _, single, _ = hubsrv
     path = loader.resolve_model(SPLIT_ONLY)  # no Q4_K_M: its only quant
     assert path.name == "Tiny-IQ4_XS-00001-of-00003.gguf"
-    whole = load_decoder(single, max_cache_len=64)
-    split = load_decoder(path, max_cache_len=64)
+    whole = load_files(single, max_cache_len=64)
+    split = load_files(path, max_cache_len=64)
     assert np.array_equal(
         whole.generate(PROMPT, max_new_tokens=12), split.generate(PROMPT, max_new_tokens=12)
     )
@@ -156,9 +156,9 @@ def test_a_split_model_with_a_part_missing_is_refused(hubsrv, tmp_path):
     parts = sg.split_gguf(single, tmp_path / "M.gguf", max_tensors=8)
     parts[1].unlink()
     with pytest.raises(BadModelFile, match="M-00002-of-00003.gguf is missing"):
-        load_decoder(parts[0], max_cache_len=64)
+        load_files(parts[0], max_cache_len=64)
     with pytest.raises(BadModelFile, match="is part 3 of a split model: open"):
-        load_decoder(parts[2], max_cache_len=64)
+        load_files(parts[2], max_cache_len=64)
 
 
 def test_cancel_keeps_the_finished_parts_and_the_next_call_resumes(hubsrv):
@@ -212,7 +212,7 @@ def test_the_cli_downloads_and_generates_from_a_repo_and_quant(hubsrv):
                           f"{REPO}:Q8_0", "hello"], env={**env, "HF_HUB_OFFLINE": "1"},
                          capture_output=True, text=True, timeout=120)  # fmt: skip
     assert got.returncode == 0, got.stderr
-    dec = load_decoder(cache_file(cache, "Tiny-Q8_0.gguf"), max_cache_len=64)
+    dec = load_files(cache_file(cache, "Tiny-Q8_0.gguf"), max_cache_len=64)
     ids = dec.tokenizer("hello")["input_ids"]
     text = dec.tokenizer.decode(dec.generate(ids, max_new_tokens=6)[0][len(ids) :])
     assert text.strip() and text.strip() in got.stdout  # the same answer as the file's own

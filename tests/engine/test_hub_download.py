@@ -18,7 +18,7 @@ import torch
 from helpers import tiny_llama
 from transformers import AutoModelForCausalLM
 
-from kwker.decode import KwkDecoder
+from kwker.hf import KwkDecoder
 from kwker.models import hub
 
 REPO = "tiny/llama"
@@ -213,14 +213,14 @@ def test_models_command(hubsrv):
 def test_resolve_model_downloads_through_the_hub_module_and_says_why_it_cannot(hubsrv, monkeypatch):
     """The loader's hub fallback is kwker.models.hub's download (hash checks, retries), its errors
     reach the user (a gated repo is not "cannot find model"), and the files load as they are."""
-    from kwker.loading.load import load_decoder
+    from kwker.loading.load import load_files
     from kwker.models.loader import ModelNotFound, resolve_model
 
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     snap = resolve_model(REPO)
     assert (snap / "model.safetensors").is_file()
     assert resolve_model(REPO) == snap  # found in the cache now
-    assert load_decoder(snap, max_cache_len=16, cache=False).precision == "fp32"
+    assert load_files(snap, max_cache_len=16, cache=False).precision == "fp32"
     with pytest.raises(hub.GatedRepoError, match="gated"):
         resolve_model("tiny/gated")
     with pytest.raises(ModelNotFound, match="not found on the Hub"):

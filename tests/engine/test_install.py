@@ -4,7 +4,7 @@ import torch
 from helpers import tiny_llama
 from transformers import StoppingCriteria, StoppingCriteriaList, TextStreamer
 
-from kwker.decode import install, uninstall
+from kwker.hf import install, uninstall
 
 PROMPT = torch.tensor([[4, 8, 15, 16, 23, 42]])
 

@@ -18,7 +18,7 @@ import loader_fuzz as lf
 import pytest
 
 from kwker.loading.errors import BadModelFile
-from kwker.loading.load import load_decoder
+from kwker.loading.load import load_files
 from kwker.models import imported
 
 # GGUF metadata value types (gguf.md)
@@ -50,7 +50,7 @@ def refused(path: Path, pattern: str) -> str:
     record nothing."""
     rss, started = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, time.perf_counter()
     with pytest.raises(BadModelFile, match=pattern) as info:
-        load_decoder(path, cache=False)
+        load_files(path, cache=False)
     seconds = time.perf_counter() - started
     grown_mb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss) / 1024
     assert seconds < SECONDS and grown_mb < GROWTH_MB, (seconds, grown_mb)
@@ -96,7 +96,7 @@ def header_with(originals, tmp_path, edit) -> Path:
 
 def test_the_undamaged_files_load_generate_and_import(originals):
     for name, path in originals.items():
-        dec = load_decoder(path, cache=False)
+        dec = load_files(path, cache=False)
         assert len(dec.generate([0, 1], max_new_tokens=3)[0]) == 5, name
         assert imported.register(path)["path"] == str(path.resolve())
 
@@ -175,7 +175,7 @@ from pathlib import Path
 sys.path[:0] = {[str(Path(__file__).parent), str(Path(__file__).parents[1])]!r}
 import loader_fuzz as lf
 from kwker.loading.errors import BadModelFile
-from kwker.loading.load import load_decoder
+from kwker.loading.load import load_files
 tmp = Path(tempfile.mkdtemp())
 gguf = tmp / "lying.gguf"
 gguf.write_bytes(lf.set_gguf_entry(Path({str(originals["gguf"])!r}).read_bytes(),
@@ -190,7 +190,7 @@ resource.setrlimit(resource.RLIMIT_AS, (mapped + (512 << 20), resource.RLIM_INFI
 for path in (gguf, folder):
     started = time.perf_counter()
     try:
-        load_decoder(path, cache=False)
+        load_files(path, cache=False)
     except BadModelFile as e:
         print(f"{{time.perf_counter() - started:.3f}}", e)
 shutil.rmtree(tmp)
@@ -395,4 +395,4 @@ def test_a_config_rope_base_or_norm_epsilon_must_be_finite_and_positive(
 
 def test_a_valid_rope_base_still_loads(originals, tmp_path):
     folder = folder_with(originals, tmp_path, rope_theta=500000, rms_norm_eps=1e-5)
-    assert len(load_decoder(folder, cache=False).generate([0], max_new_tokens=2)[0]) == 3
+    assert len(load_files(folder, cache=False).generate([0], max_new_tokens=2)[0]) == 3

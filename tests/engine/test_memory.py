@@ -10,7 +10,7 @@ import sys
 CHILD = r"""
 import gc, json, os, torch
 from helpers import tiny_llama
-from kwker.decode import KwkDecoder
+from kwker.hf import KwkDecoder
 
 def rss_mb():
     with open("/proc/self/statm") as f:
@@ -58,7 +58,7 @@ def test_kv_cache_is_resident_only_where_written():
 HUGE_CHILD = r"""
 import gc, json, torch
 from helpers import tiny_llama
-from kwker.decode import KwkDecoder
+from kwker.hf import KwkDecoder
 
 def advised_kb():  # sizes of the mappings advised for transparent huge pages (VmFlags "hg")
     total, size = 0, 0

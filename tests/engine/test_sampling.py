@@ -6,7 +6,7 @@ import pytest
 import torch
 from helpers import tiny_llama
 
-from kwker.decode import KwkDecoder
+from kwker.hf import KwkDecoder
 from kwker.sampling import Sampler, SamplingParams
 
 PROMPT = torch.tensor([[5, 9, 33, 102, 7]])

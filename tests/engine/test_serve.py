@@ -12,7 +12,7 @@ import pytest
 import torch
 from helpers import tiny_llama
 
-from kwker.decode import KwkDecoder
+from kwker.hf import KwkDecoder
 from kwker.serve import QueueFull, ServingEngine, create_app
 
 PROMPTS = [

@@ -10,7 +10,7 @@ import pytest
 from helpers import tiny_llama
 from serving import running
 
-from kwker.decode import KwkDecoder
+from kwker.hf import KwkDecoder
 from kwker.serve import ServingEngine, create_app, security
 from kwker.serve.connections import guarded_protocol
 

@@ -13,7 +13,7 @@ from helpers import tiny_llama
 from serving import running
 from test_constrained import SCHEMAS
 
-from kwker.decode import KwkDecoder
+from kwker.hf import KwkDecoder
 from kwker.serve import ServingEngine, create_app
 
 

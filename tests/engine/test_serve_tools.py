@@ -14,7 +14,7 @@ from openai import OpenAI
 from serving import running
 from tool_templates import qwen25_tokenizer
 
-from kwker.decode import KwkDecoder
+from kwker.hf import KwkDecoder
 from kwker.serve import ServingEngine, create_app
 
 WEATHER = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 12},

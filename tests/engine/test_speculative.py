@@ -8,7 +8,7 @@ import pytest
 import torch
 from helpers import WithoutPropose, tiny_llama
 
-from kwker.decode import KwkDecoder
+from kwker.hf import KwkDecoder
 from kwker.speculative import DraftProposer, LookupProposer, Speculator, StepCosts
 from kwker.speedup import SpeedupMeter
 

@@ -4,7 +4,7 @@ import time
 
 from helpers import tiny_llama
 
-from kwker.decode import KwkDecoder
+from kwker.hf import KwkDecoder
 from kwker.streaming import StreamingDetokenizer
 
 PROMPT = [4, 8, 15, 16, 23, 42]

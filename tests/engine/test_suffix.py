@@ -8,7 +8,7 @@ import pytest
 import torch
 from helpers import tiny_llama
 
-from kwker.decode import KwkDecoder
+from kwker.hf import KwkDecoder
 from kwker.serve import ServingEngine
 from kwker.speculative import LookupProposer, StepCosts, _prior
 from kwker.suffix import Follower, SuffixCache

@@ -11,7 +11,7 @@ import pytest
 from serving import running
 from thinking_model import QWEN3_TEMPLATE, qwen3_tokenizer, tiny_qwen3
 
-from kwker.decode import KwkDecoder
+from kwker.hf import KwkDecoder
 from kwker.serve import ServingEngine, create_app
 from kwker.thinking import (
     ANSWER,

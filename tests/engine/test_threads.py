@@ -9,7 +9,7 @@ import pytest
 import torch
 from helpers import tiny_llama
 
-from kwker.decode import KwkDecoder, install
+from kwker.hf import KwkDecoder, install
 from kwker.serve import ServingEngine
 
 NEW = 40
@@ -152,7 +152,7 @@ def test_installed_generate_from_two_threads(model):
         for i, want in enumerate(plain):
             assert torch.equal(outs[i], want), i
     finally:
-        from kwker.decode import uninstall
+        from kwker.hf import uninstall
 
         uninstall(model)
 

@@ -10,7 +10,7 @@ import pytest
 from helpers import tiny_llama
 from tool_templates import llama31_tokenizer, mistral_tokenizer, qwen25_tokenizer
 
-from kwker.decode import KwkDecoder
+from kwker.hf import KwkDecoder
 from kwker.sampling import SeededGenerator
 from kwker.tools import (
     ToolCall,

@@ -11,8 +11,8 @@ import pytest
 import torch
 from helpers import tiny_llama
 
-from kwker.decode import KwkDecoder
 from kwker.generation import StepDecoder
+from kwker.hf import KwkDecoder
 from kwker.sampling import Sampler, SamplingParams, SeededGenerator
 
 CORE = "kwker.generation, kwker.sampling, kwker.scheduler, kwker.speculative, kwker.runner"

@@ -1,11 +1,11 @@
-"""kwker.torch_ops: plain transformers generate with its Linear layers on the native kernels."""
+"""kwker.hf.torch_ops: plain transformers generate with its Linear layers on the native kernels."""
 
 import pytest
 import torch
 from helpers import tiny_llama
 from transformers import OPTConfig, OPTForCausalLM
 
-import kwker.torch_ops as ops
+from kwker.hf import torch_ops as ops
 
 PROMPT = torch.tensor([[3, 17, 250, 9, 40, 511, 7, 99, 300, 12, 5]])
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 from helpers import tiny_llama
 
-from kwker.decode import KwkDecoder
+from kwker.hf import KwkDecoder
 
 SHAPES = {
     "hd32-gqa1-tied": dict(hidden=64, heads=2, kv_heads=2, inter=96),

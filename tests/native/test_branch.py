@@ -10,7 +10,7 @@ import torch
 from helpers import tiny_llama
 
 from kwker import _native
-from kwker.decode import KwkDecoder
+from kwker.hf import KwkDecoder
 from kwker.runner import Feed
 
 ISAS = [i for i in ("generic", "avx2", "avx512", "avx512-emulated") if _native.isa_supported(i)]

@@ -8,7 +8,7 @@ import torch
 from helpers import WithoutPropose, tiny_llama
 
 from kwker import _native
-from kwker.decode import KwkDecoder
+from kwker.hf import KwkDecoder
 
 ISAS = [i for i in ("generic", "avx2", "avx512", "avx512-emulated") if _native.isa_supported(i)]
 PROMPT = torch.randint(0, 1000, (13,), generator=torch.Generator().manual_seed(5)).tolist()

@@ -23,7 +23,8 @@ def run_batch(
 ) -> dict:
     """Aggregate generation throughput with B requests served together (continuous batching, lookup off),
     and their time to first token when they all arrive at once."""
-    from kwker.decode import KwkDecoder, default_threads
+    from kwker.hf.decoder import KwkDecoder
+    from kwker.loading.build import default_threads
     from kwker.models.loader import DEFAULT_MODEL, load_model
 
     threads = threads or default_threads()

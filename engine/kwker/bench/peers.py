@@ -23,9 +23,9 @@ class KwkerEngine:
 
     def __init__(self, path, precision, threads, max_cache_len):
         """kwker on the model files at `path`, as the app and the CLI load them (kwker.loading)."""
-        from kwker.loading.load import load_decoder
+        from kwker.loading.load import load_files
 
-        self.dec = load_decoder(
+        self.dec = load_files(
             path, max_cache_len=max_cache_len, precision=precision, threads=threads
         )
         self.bytes_per_token = self.dec.weight_bytes_per_token

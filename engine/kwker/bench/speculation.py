@@ -53,7 +53,8 @@ def run_speculative(
 ) -> dict:
     """Greedy tokens/s per task: plain decoding, prompt lookup (and the draft model, with draft_spec), checked
     to give the same tokens; plus transformers' own prompt_lookup_num_tokens on the same task as a peer."""
-    from kwker.decode import KwkDecoder, default_threads
+    from kwker.hf.decoder import KwkDecoder
+    from kwker.loading.build import default_threads
     from kwker.models.loader import DEFAULT_MODEL, load_model
 
     threads = threads or default_threads()

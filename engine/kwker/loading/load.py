@@ -1,14 +1,15 @@
 """A decoder straight from model files, without torch: a GGUF file, or a folder of safetensors
 with its config.json and tokenizer.
 
-    dec = load_decoder("SmolLM2-135M-Instruct.Q4_1.gguf", max_cache_len=2048, precision="int4")
+    dec = load_files("SmolLM2-135M-Instruct.Q4_1.gguf", max_cache_len=2048, precision="int4")
     ids = dec.tokenizer.apply_chat_template(messages, add_generation_prompt=True)
     text = dec.tokenizer.decode(dec.generate(ids, max_new_tokens=64)[0, len(ids):])
 
 The first load packs the weights tensor by tensor from the mapped file (kwker.loading.build) and
 writes them to the packed-weights cache (kwker.loading.packed_cache); later loads of the same file
 at the same precision read the packed panels back. The decoder has the generation API of every
-Kwker decoder (kwker.generation.StepDecoder) and returns numpy arrays.
+Kwker decoder (kwker.generation.StepDecoder) and returns numpy arrays. kwker.load(spec) finds the
+files a spec names (kwker.models.loader) and opens them here.
 
 The cache only ever saves time: a cache entry or tokenizer that cannot be read is built again, and
 a cache that cannot be written (read-only, full, or a folder that cannot be made) leaves the model
@@ -25,6 +26,7 @@ import time
 from pathlib import Path
 from types import SimpleNamespace
 
+from kwker._deprecation import old_names
 from kwker.generation import StepDecoder
 from kwker.loading import packed_cache
 from kwker.loading import sampling_defaults as presets
@@ -221,7 +223,7 @@ def _discard(saved: Path) -> None:
 DEFAULT_CACHE_LEN = 4096
 
 
-def load_decoder(
+def load_files(
     model_path,
     max_cache_len: int | None = None,
     precision: str | None = None,
@@ -293,3 +295,6 @@ def load_decoder(
     model = SimpleNamespace(config=config, generation_config=generation)
     seconds = time.perf_counter() - started
     return FileDecoder(model, step, precision, tokenizer, path, kv_cache, seconds, from_cache)
+
+
+__getattr__ = old_names(__name__, {"load_decoder": "kwker.loading.load.load_files"})

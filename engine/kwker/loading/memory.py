@@ -167,7 +167,7 @@ def estimate(
     """The memory of `config` (a kwker.loading.config.ModelConfig) run at `precision` (None or
     "auto": `own`, the model's own) with a cache of `context` tokens, `tokens` of them held (None:
     all). tied: lm_head is the embedding (None: as the config says). tokenizer: "bpe" or "spm"
-    (TOKENIZER_BYTES_PER_ENTRY). The other options are load_decoder's."""
+    (TOKENIZER_BYTES_PER_ENTRY). The other options are load_files's."""
     resolved = checked(precision) or own
     if resolved is None:
         raise ValueError("the model's own precision is not known: name a precision")
@@ -324,7 +324,7 @@ def facts_from_config(config_json: dict) -> ModelFacts:
 
 def facts_from_files(path) -> ModelFacts:
     """The facts of a model's files (a .gguf file or a safetensors folder), from their header and
-    tensor table: the precision load_decoder gives "the model's own", and whether lm_head is
+    tensor table: the precision load_files gives "the model's own", and whether lm_head is
     stored (a GGUF leaves it out when it is the embedding)."""
     from kwker.loading.build import is_tied, own_precision
     from kwker.loading.load import open_files

