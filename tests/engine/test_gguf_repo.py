@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 import synthetic_gguf as sg
 
+import kwker
 from kwker.loading import memory
 from kwker.loading.errors import BadModelFile
 from kwker.loading.load import load_files
@@ -138,6 +139,20 @@ def test_a_gguf_repo_named_without_a_quant_gets_q4_k_m(hubsrv):
     path = loader.download(REPO)
     assert path.name == "Tiny-Q4_K_M.gguf"
     assert loader.resolve_model(REPO) == path  # the one quant of the snapshot
+
+
+def test_kwker_load_takes_owner_repo_quant(hubsrv, tmp_path, monkeypatch):
+    """kwker.load("OWNER/REPO:QUANT") downloads that quant alone and gives the decoder its file
+    gives: the same tokens, greedy, as the repo's own file loaded directly."""
+    state, _, folders, _, _ = hubsrv
+    monkeypatch.setenv("KWKER_CACHE_DIR", str(tmp_path / "kwker-cache"))
+    dec = kwker.load(f"{REPO}:Q8_0", max_cache_len=64)
+    assert set(state.served) == {"Tiny-Q8_0.gguf"} and dec.path.name == "Tiny-Q8_0.gguf"
+    assert dec.precision == "balanced"
+    ids = dec.tokenizer("hello there")["input_ids"]
+    theirs = load_files(folders[REPO] / "Tiny-Q8_0.gguf", max_cache_len=64, cache=False)
+    ours, want = (d.generate(ids, max_new_tokens=16, min_new_tokens=16)[0] for d in (dec, theirs))
+    assert ours.tolist() == want.tolist() and len(ours) == len(ids) + 16
 
 
 def test_a_split_quant_downloads_and_answers_as_the_single_file(hubsrv):
