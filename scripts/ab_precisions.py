@@ -16,7 +16,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 def main() -> None:
     from kwker.bench import quality
-    from kwker.decode import KwkDecoder
+    from kwker.hf.decoder import KwkDecoder
     from kwker.models import load_model
 
     parser = argparse.ArgumentParser()

@@ -31,7 +31,7 @@ import torch
 
 from kwker.bench import quality
 from kwker.bench.peers import recipe_gguf
-from kwker.loading.load import load_decoder
+from kwker.loading.load import load_files
 
 TYPES = "IQ4_NL IQ4_XS IQ3_S IQ3_XXS IQ2_S IQ2_XS IQ2_XXS IQ1_M IQ1_S TQ2_0 TQ1_0".split()
 QUESTION = "What is the capital of France? Answer in one sentence."
@@ -80,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     src = args.source.expanduser()
-    ref_dec = load_decoder(src, precision="fp32", threads=args.threads, cache=False)
+    ref_dec = load_files(src, precision="fp32", threads=args.threads, cache=False)
     ids = ref_dec.tokenizer(quality.text())["input_ids"][: args.tokens]
     reference = log_probs(ref_dec, ids)
     rows = [quality.score("fp32 (source file)", reference, reference, torch.tensor(ids))]
@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     def run(path: Path, name: str, extra: dict) -> None:
         for precision in precisions:
             start = time.perf_counter()
-            dec = load_decoder(path, precision=precision, threads=args.threads, cache=False)
+            dec = load_files(path, precision=precision, threads=args.threads, cache=False)
             loaded = time.perf_counter() - start
             logp = log_probs(dec, ids)
             row = quality.score(f"{name} ({dec.precision})", reference, logp, torch.tensor(ids))

@@ -41,7 +41,7 @@ def measure(
     """One row per kwker precision, one per GGUF of kwker_files ({name: path}, loaded by kwker from
     the file at its nearest precision), then one per llama.cpp GGUF of ggufs ({name: path}), all
     against kwker fp32."""
-    from kwker.decode import KwkDecoder
+    from kwker.hf.decoder import KwkDecoder
 
     ids = tokenizer(text(), return_tensors="pt")["input_ids"][0, :max_tokens]
 
@@ -58,9 +58,9 @@ def measure(
     for precision in precisions:
         row(precision, reference if precision == "fp32" else log_probs(precision))
     for name, path in (kwker_files or {}).items():
-        from kwker.loading.load import load_decoder
+        from kwker.loading.load import load_files
 
-        dec = load_decoder(path, max_cache_len=len(ids), threads=threads, cache=False)
+        dec = load_files(path, max_cache_len=len(ids), threads=threads, cache=False)
         logp = torch.from_numpy(dec.forward(ids.tolist())).double().log_softmax(-1)
         row(f"{name} ({dec.precision})", logp)
     for name, path in (ggufs or {}).items():
