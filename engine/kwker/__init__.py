@@ -3,10 +3,12 @@
     import kwker
 
     dec = kwker.load("HuggingFaceTB/SmolLM2-135M-Instruct", precision="int4")
+    messages = [{"role": "user", "content": "Write a haiku about the sea."}]
     ids = dec.tokenizer.apply_chat_template(
-        [{"role": "user", "content": "Write a haiku about the sea."}], add_generation_prompt=True
-    )
-    print(dec.tokenizer.decode(dec.generate(ids, max_new_tokens=64)[0, len(ids) :]))
+        messages, add_generation_prompt=True, return_dict=False
+    )  # a list of token ids
+    out = dec.generate(ids, max_new_tokens=64)
+    print(dec.tokenizer.decode(out[0, len(ids) :], skip_special_tokens=True))
 
 kwker.load opens model files without torch. A transformers model already in memory runs through
 kwker.hf (the torch wing): KwkDecoder(model), install(model), CompiledDecoder(model). Every

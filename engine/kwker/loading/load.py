@@ -2,8 +2,8 @@
 with its config.json and tokenizer.
 
     dec = load_files("SmolLM2-135M-Instruct.Q4_1.gguf", max_cache_len=2048, precision="int4")
-    ids = dec.tokenizer.apply_chat_template(messages, add_generation_prompt=True)
-    text = dec.tokenizer.decode(dec.generate(ids, max_new_tokens=64)[0, len(ids):])
+    ids = dec.tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_dict=False)
+    text = dec.tokenizer.decode(dec.generate(ids, max_new_tokens=64)[0, len(ids) :])
 
 The first load packs the weights tensor by tensor from the mapped file (kwker.loading.build) and
 writes them to the packed-weights cache (kwker.loading.packed_cache); later loads of the same file
