@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import secrets
-
 from kwker.app.context_window import ROLLING
 from kwker.models import CHAT_MODEL
-from kwker.sampling import SeededGenerator
+from kwker.sampling import sampling_options
 
 # int4 by default: 4-bit weights read about a quarter of float32's bytes per token, the cost of a
 # decoding step on a CPU, and keep nearly all of a model's answers (the quality table of `kwker
@@ -97,21 +95,20 @@ def load_options(s: dict) -> dict:
 
 
 def generation_options(s: dict) -> dict:
-    """KwkDecoder.stream_generate keyword arguments for settings s."""
-    opts: dict = {"lookup": int(s["lookup_tokens"]) if s["lookup"] else 0}
-    if s["temperature"] > 0:
-        seed = int(s["seed"])
-        gen = SeededGenerator(seed if seed >= 0 else secrets.randbits(62))
-        opts.update(do_sample=True, temperature=float(s["temperature"]), generator=gen)
-        if 0 < s["top_p"] < 1:
-            opts["top_p"] = float(s["top_p"])
-        if s["top_k"] > 0:
-            opts["top_k"] = int(s["top_k"])
-        if s["min_p"] > 0:
-            opts["min_p"] = float(s["min_p"])
-    if s["repetition_penalty"] != 1.0:
-        opts["repetition_penalty"] = float(s["repetition_penalty"])
-    return opts
+    """KwkDecoder.stream_generate keyword arguments for settings s. Every sampling setting is
+    passed as it is, so none falls back to the model's own default behind the user's back (top-p
+    1, top-k 0 and min-p 0 mean off); a negative seed means a fresh one each answer."""
+    seed = int(s["seed"])
+    penalty = float(s["repetition_penalty"])
+    opts = sampling_options(
+        float(s["temperature"]),
+        seed=seed if seed >= 0 else None,
+        top_p=float(s["top_p"]) if 0 < s["top_p"] <= 1 else 1.0,
+        top_k=max(0, int(s["top_k"])),
+        min_p=max(0.0, float(s["min_p"])),
+        repetition_penalty=penalty if penalty != 1.0 else None,
+    )
+    return {"lookup": int(s["lookup_tokens"]) if s["lookup"] else 0, **opts}
 
 
 def remote_sampling(s: dict) -> dict:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 import os
+import secrets
 import sys
 import threading
 from dataclasses import dataclass, field
@@ -134,6 +135,44 @@ class SamplingParams:
             raise ValueError(
                 f"min_new_tokens must be a non-negative integer, got {self.min_new_tokens!r}"
             )
+
+
+def sampling_options(
+    temperature: float,
+    *,
+    seed: int | None = None,
+    top_p: float | None = None,
+    top_k: int | None = None,
+    min_p: float | None = None,
+    repetition_penalty: float | None = None,
+    presence_penalty: float | None = None,
+    frequency_penalty: float | None = None,
+) -> dict:
+    """stream_generate's sampling keyword arguments: the one mapping the app, `kwker serve` and
+    the CLI share, so a setting means the same in all three.
+
+    temperature 0 is greedy, and the other sampling options are dropped (they change nothing).
+    Above 0 it samples with SeededGenerator(seed), a fresh random seed when seed is None. A
+    top_p, top_k or min_p left None takes the model's own default (its generation config); to
+    turn one off, pass top_p=1, top_k=0 or min_p=0. Penalties left None are off."""
+    opts: dict = {
+        name: value
+        for name, value in (
+            ("repetition_penalty", repetition_penalty),
+            ("presence_penalty", presence_penalty),
+            ("frequency_penalty", frequency_penalty),
+        )
+        if value is not None
+    }
+    if temperature == 0:
+        return opts | {"do_sample": False}
+    seed = secrets.randbits(63) if seed is None else seed
+    opts |= {"do_sample": True, "temperature": float(temperature)}
+    opts["generator"] = SeededGenerator(seed)
+    for name, value in (("top_p", top_p), ("top_k", top_k), ("min_p", min_p)):
+        if value is not None:
+            opts[name] = value
+    return opts
 
 
 def _is_int(value) -> bool:

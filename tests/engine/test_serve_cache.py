@@ -12,9 +12,10 @@ import torch
 from helpers import tiny_llama
 from serving import running
 
+from kwker.api_keys import api_key_from
 from kwker.decode import KwkDecoder
 from kwker.sampling import SeededGenerator
-from kwker.serve import ServingEngine, api_key_from, create_app
+from kwker.serve import ServingEngine, create_app
 
 RNG = np.random.default_rng(46)
 

@@ -215,7 +215,7 @@ def test_a_wrong_or_missing_key_gets_401_on_every_route(server, auth):
 
 
 def test_the_key_is_read_from_a_file_or_the_environment(tmp_path, monkeypatch, capsys):
-    from kwker.serve import api_key_from
+    from kwker.api_keys import api_key_from
 
     path = tmp_path / "key"
     path.write_text("from-file\n")

@@ -83,6 +83,8 @@ def resolve_model(spec: str | None = None, progress=None, token: str | None = No
         if not path.is_file():
             raise ModelNotFound(f"no such GGUF file: {path}")
         return path
+    if _names_a_path(spec):
+        raise ModelNotFound(f"no such file or folder: {path}")
     found = local_files(spec)
     if found:
         return found
@@ -101,6 +103,22 @@ def resolve_model(spec: str | None = None, progress=None, token: str | None = No
         raise  # the user has something to do about these
     except hub.DownloadError as e:
         raise ModelNotFound(f"{not_found}: {e}") from e
+
+
+def _names_a_path(spec: str) -> bool:
+    """Whether spec can only be a local path, never a Hub id (OWNER/REPO, OWNER/REPO:QUANT, or a
+    bare REPO): it starts like a path ("/", "./", "~", a drive), has more than one "/", or holds
+    characters no repo id may. A missing folder is then named as such, not asked of the Hub."""
+    from huggingface_hub.errors import HFValidationError
+    from huggingface_hub.utils import validate_repo_id
+
+    if spec.startswith(("/", ".", "~", "\\")) or (len(spec) > 1 and spec[1] == ":"):
+        return True
+    try:
+        validate_repo_id(gguf_repo.parse_spec(spec)[0])
+    except HFValidationError:
+        return True
+    return False
 
 
 def download(

@@ -5,11 +5,10 @@ OpenAI's shape naming what is wrong."""
 from __future__ import annotations
 
 import json
-import uuid
 
 from pydantic import ValidationError
 
-from kwker.sampling import SeededGenerator
+from kwker.sampling import sampling_options as engine_sampling
 from kwker.serve.schema import ChatRequest, CompletionRequest, Unsupported
 from kwker.serve.security import error_body
 from kwker.tools import ToolError, check_tools, for_template, require_format
@@ -176,24 +175,19 @@ def _jsonable(value) -> bool:
 
 
 def sampling_options(body) -> dict:
-    """The engine's sampling options for a request: temperature 0 is greedy; OpenAI's default
-    temperature is 1; an unseeded request gets a seed of its own."""
-    temperature = 1.0 if body.temperature is None else body.temperature
-    opts: dict = {
-        "presence_penalty": body.presence_penalty or None,
-        "frequency_penalty": body.frequency_penalty or None,
-        "repetition_penalty": body.repetition_penalty,
-        **body.constraint,
-        **getattr(body, "tool_options", {}),
-    }
+    """The engine's options for a request: its sampling (kwker.sampling.sampling_options: an
+    option the request leaves out takes the model's default, and an unseeded request gets a seed
+    of its own), OpenAI's default temperature of 1, its constraint, tools and lookup."""
+    opts = {**body.constraint, **getattr(body, "tool_options", {})}
     if body.lookup is not None:
         opts["lookup"] = body.lookup
-    if temperature == 0:
-        return opts | {"do_sample": False}
-    seed = body.seed if body.seed is not None else int.from_bytes(uuid.uuid4().bytes[:8], "little")
-    opts |= {"do_sample": True, "temperature": float(temperature)}
-    opts["generator"] = SeededGenerator(seed)
-    for key in ("top_p", "top_k", "min_p"):
-        if getattr(body, key) is not None:
-            opts[key] = getattr(body, key)
-    return opts
+    return opts | engine_sampling(
+        1.0 if body.temperature is None else body.temperature,
+        seed=body.seed,
+        top_p=body.top_p,
+        top_k=body.top_k,
+        min_p=body.min_p,
+        repetition_penalty=body.repetition_penalty,
+        presence_penalty=body.presence_penalty or None,
+        frequency_penalty=body.frequency_penalty or None,
+    )

@@ -1,0 +1,5 @@
+import sys
+
+from kwker.cli import main
+
+sys.exit(main())
