@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from kwker.generation import StepDecoder
-from kwker.models.cache import cache_dir
+from kwker.loading.paths import cache_dir
 from kwker.precision import canonical, own_precision
 from kwker.runner import DEFAULT_LOGIT_ROWS, DEFAULT_STEP_TOKENS
 

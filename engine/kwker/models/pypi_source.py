@@ -15,7 +15,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from kwker.models.cache import cache_dir
+from kwker.loading.paths import cache_dir
 
 
 @dataclass(frozen=True)
