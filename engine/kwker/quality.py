@@ -1,9 +1,8 @@
-"""Moved to kwker.bench.quality: the quality table is part of the benchmark, and the two imported
-each other. This name keeps working, with a DeprecationWarning, for one release."""
+"""Deprecated: kwker.bench.quality. The quality table is part of the benchmark, and the two
+imported each other."""
 
-import warnings
-
-from kwker.bench.quality import (  # noqa: F401 (re-exported)
+from kwker._deprecation import moved_module
+from kwker.bench.quality import (
     FILE_TYPES,
     RECIPE_TYPES,
     ROWS,
@@ -16,8 +15,8 @@ from kwker.bench.quality import (  # noqa: F401 (re-exported)
     text,
 )
 
-warnings.warn(
-    "kwker.quality moved to kwker.bench.quality; import it from there",
-    DeprecationWarning,
-    stacklevel=2,
-)
+moved_module(__name__, "kwker.bench.quality")
+__all__ = [
+    "FILE_TYPES", "RECIPE_TYPES", "ROWS", "kwker_file_rows", "llama_cpp_ggufs",
+    "llama_cpp_log_probs", "measure", "run", "score", "text",
+]  # fmt: skip
