@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
 
@@ -24,15 +23,17 @@ def main(argv=None) -> int:
     parser.add_argument("--prompt", default=None, help="the self-test's prompt")
     args = parser.parse_args(argv)
     args.model = args.model or args.file
-    # transformers' notice that torch is missing means nothing here: the app's path needs no torch
-    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     if args.self_test:
         from kwker.app import self_test
 
         return self_test.run(args.prompt or self_test.PROMPT, model=args.model)
 
-    from kwker.app.system_check import missing_xcb_packages, xcb_message
+    from kwker.app.system_check import missing_xcb_packages, no_display, xcb_message
 
+    reason = no_display()
+    if reason:
+        print(reason, file=sys.stderr)
+        return 1
     missing = missing_xcb_packages()
     if missing:
         print(xcb_message(missing), file=sys.stderr)

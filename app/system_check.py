@@ -40,6 +40,21 @@ def missing_xcb_packages(find=ctypes.util.find_library) -> list[str]:
     return [package for lib, package in XCB_LIBRARIES.items() if find(lib) is None]
 
 
+def no_display() -> str | None:
+    """Why there is no window to open, or None. On Linux without DISPLAY or WAYLAND_DISPLAY (and
+    no platform asked for) Qt would abort (SIGABRT) with a hint about xcb that names the wrong
+    cause."""
+    if not sys.platform.startswith("linux") or os.environ.get("QT_QPA_PLATFORM"):
+        return None
+    if os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"):
+        return None
+    return (
+        "kwker-chat needs a display, and this session has none (DISPLAY and WAYLAND_DISPLAY are "
+        'unset). Run it from a desktop session; in a terminal, `kwker generate "..."` answers '
+        "and `kwker serve` serves a model."
+    )
+
+
 def xcb_message(packages: list[str]) -> str:
     return (
         "kwker-chat cannot open its window: Qt's X11 platform needs system libraries this machine "
