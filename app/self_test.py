@@ -75,6 +75,7 @@ def run(prompt: str = PROMPT, model: str | None = None, timeout: float = TIMEOUT
         print(f"{s['new_tokens']} tokens at {s['tokens_per_s']:.1f} tokens/s; prompt of "
               f"{s['prompt_tokens']} tokens in {s['prefill_s'] * 1000:.0f} ms; "
               f"speedup {s['speedup'] or 1.0:.2f}x")  # fmt: skip
+        print(f"serve: {check_serve(win.worker.decoder, win.worker.tokenizer, info['model'])}")
         print("self-test passed")
         return 0
     except SystemExit as e:
@@ -85,3 +86,47 @@ def run(prompt: str = PROMPT, model: str | None = None, timeout: float = TIMEOUT
         return 1
     finally:
         win.close()
+
+
+def check_serve(decoder, tokenizer, model: str, timeout: float = 120.0) -> str:
+    """`kwker serve`'s HTTP server, run in this process on the loaded model on a free loopback
+    port, answers one chat completion: its status and answer (SystemExit with the reason
+    otherwise). It shows the installed app carries the server and its dependencies."""
+    import json
+    import threading
+    import urllib.request
+
+    import uvicorn
+
+    from kwker.serve import ServingEngine, create_app
+
+    engine = ServingEngine(decoder, tokenizer, max_active=1)
+    with engine:
+        app = create_app(engine, model, None)
+        server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="error"))
+        thread = threading.Thread(target=server.run, daemon=True)
+        thread.start()
+        end = time.monotonic() + timeout
+        while not server.started and thread.is_alive() and time.monotonic() < end:
+            time.sleep(0.02)
+        if not server.started:
+            raise SystemExit("kwker serve's HTTP server did not start")
+        port = server.servers[0].sockets[0].getsockname()[1]
+        body = {"messages": [{"role": "user", "content": PROMPT}], "max_tokens": 24,
+                "temperature": 0}  # fmt: skip
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{port}/v1/chat/completions", json.dumps(body).encode(),
+            {"Content-Type": "application/json"},
+        )  # fmt: skip
+        try:
+            with urllib.request.urlopen(request, timeout=timeout) as r:
+                status, reply = r.status, json.load(r)
+        except OSError as e:
+            raise SystemExit(f"kwker serve did not answer: {e}") from None
+        finally:
+            server.should_exit = True
+            thread.join(timeout)
+    answer = reply["choices"][0]["message"]["content"].strip()
+    if status != 200 or not answer:
+        raise SystemExit(f"kwker serve answered {status} with {answer!r}")
+    return f"{status}, {answer}"

@@ -24,6 +24,8 @@ def test_the_self_test_answers_and_passes(tmp_path):
     assert r.returncode == 0, r.stderr[-3000:]
     lines = dict(line.split(": ", 1) for line in r.stdout.splitlines() if ": " in line)
     assert "4" in lines["answer"]
+    status, answer = lines["serve"].split(", ", 1)  # kwker serve's server, on the same model
+    assert status == "200" and "4" in answer
     assert " tokens/s" in r.stdout and r.stdout.rstrip().endswith("self-test passed")
     assert (tmp_path / "d" / "chats.db").exists()  # its own data folder, not the user's
 
