@@ -14,66 +14,65 @@ us:
   errors for a full disk, a gated repo and an unreachable Hub.
 
 Metadata, search, the cache layout and listing/deleting cached repos stay with huggingface_hub.
+
+A file's checks are kwker.models.hub_files, the progress kwker.models.hub_progress and the errors
+kwker.models.hub_errors; their names are importable from here too.
 """
 
 from __future__ import annotations
 
 import errno
-import hashlib
 import os
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from fnmatch import fnmatch
 from pathlib import Path
 from typing import NamedTuple
 
 from kwker.models import resumable
+from kwker.models.hub_errors import (
+    Cancelled,
+    DiskFullError,
+    DownloadError,
+    GatedRepoError,
+    GgufRepo,
+    Offline,
+)
+from kwker.models.hub_files import CHUNK, STALE_PARTIAL_S, RepoFile, mismatch, sweep_partials
+from kwker.models.hub_progress import Progress, Tally
+
+__all__ = [
+    "CHUNK",
+    "OFFLINE_PROBE_S",
+    "RETRY_STATUSES",
+    "RETRY_WAITS_S",
+    "STALE_PARTIAL_S",
+    "WANTED",
+    "Cancelled",
+    "DiskFullError",
+    "DownloadError",
+    "GatedRepoError",
+    "GgufRepo",
+    "Hit",
+    "Offline",
+    "Progress",
+    "RepoFile",
+    "cached_models",
+    "check_reachable",
+    "config",
+    "download",
+    "listing",
+    "model_files",
+    "remove",
+    "search",
+]
 
 WANTED = ["*.json", "*.safetensors", "tokenizer.model", "*.txt", "*.jinja", "*.tiktoken"]
-CHUNK = 1 << 20  # bytes read at a time when hashing a file
 
 # Answers the Hub may not give a moment later: a timeout, a rate limit, an overload, a restart
 RETRY_STATUSES = (408, 429, 500, 502, 503, 504)
 RETRY_WAITS_S = (1.0, 2.0, 4.0, 8.0, 16.0)  # before each retry; the tests shorten them
-
-
-class DownloadError(RuntimeError):
-    pass
-
-
-class GatedRepoError(DownloadError):
-    pass
-
-
-class DiskFullError(DownloadError):
-    pass
-
-
-class Cancelled(DownloadError):
-    pass
-
-
-class GgufRepo(DownloadError):
-    """A repo of GGUF files, asked for as a safetensors model: one of its quants is the model
-    (kwker.models.gguf_repo)."""
-
-
-@dataclass
-class Progress:
-    file: str
-    done: int  # bytes of all files, including those already on disk
-    total: int
-    speed: float  # bytes/s over this session
-    eta_s: float | None
-
-
-class RepoFile(NamedTuple):
-    name: str
-    size: int
-    sha256: str | None  # an LFS file's
-    blob_id: str | None  # its git blob id: sha1 of b"blob <size>\0" + its bytes
 
 
 def _endpoint() -> str:
@@ -83,10 +82,6 @@ def _endpoint() -> str:
 
 
 OFFLINE_PROBE_S = 2.0  # how long a Hub call waits to learn that there is no connection
-
-
-class Offline(DownloadError):
-    """The Hub cannot be reached at all: said at once, not after the client's retries."""
 
 
 def check_reachable() -> None:
@@ -221,7 +216,7 @@ def download(
     token = _token(token)
     commit, files = listing(repo_id, revision, token)
     files = select(files) if select else model_files(repo_id, files)
-    tally = _Tally(repo_id, sum(f.size for f in files), progress, cancelled)
+    tally = Tally(repo_id, sum(f.size for f in files), progress, cancelled)
     for f in files:
         tally.begin(f)
         try:
@@ -241,10 +236,8 @@ def download(
     return root / "snapshots" / commit
 
 
-def _fetch_checked(
-    repo_id: str, commit: str, f: RepoFile, token: str | None, tally: _Tally
-) -> None:
-    """f of commit into the repo's snapshot through hf_hub_download, checked (_mismatch): a file
+def _fetch_checked(repo_id: str, commit: str, f: RepoFile, token: str | None, tally: Tally) -> None:
+    """f of commit into the repo's snapshot through hf_hub_download, checked (mismatch): a file
     fetched now for its size and hash, one found in the snapshot for its size (it was checked
     when it came). A file that differs is deleted and fetched once more.
 
@@ -273,18 +266,18 @@ def _fetch_checked(
     pointer = _repo_dir(repo_id) / "snapshots" / commit / f.name
     blobs = _repo_dir(repo_id) / "blobs"
     with WeakFileLock(locks / f"{f.sha256 or f.blob_id or f.name}.kwker.lock"):
-        _sweep_partials(blobs, commit, f)
+        sweep_partials(blobs, commit, f)
         checked_before = pointer.exists()
         for _ in range(2):
             wrong = None
             if f.sha256 and not checked_before:  # an LFS file: a transfer that can resume
                 url = hf_hub_url(repo_id, f.name, revision=commit, endpoint=_endpoint())
                 headers = build_hf_headers(token=token, library_name="kwker")
-                wrong = resumable.fetch_blob(url, headers, blobs, f, tally, _retrying, _mismatch)
+                wrong = resumable.fetch_blob(url, headers, blobs, f, tally, _retrying, mismatch)
                 checked_before = wrong is None  # a blob checked just now is not hashed again
             if wrong in (None, "was there before"):
                 path = _retrying(fetch, tally.check)  # links the blob, or fetches a small file
-                wrong = _mismatch(path, f, size_only=checked_before)
+                wrong = mismatch(path, f, size_only=checked_before)
                 if wrong is None:
                     return
                 path.resolve().unlink(missing_ok=True)  # the blob: never used under its name
@@ -292,54 +285,6 @@ def _fetch_checked(
             checked_before = False
             tally.restart()
     raise DownloadError(f"{f.name} of {repo_id} {wrong}, downloaded twice: try again later")
-
-
-# A transfer writes its file every second or so: one untouched this long belongs to a dead process
-STALE_PARTIAL_S = 3600.0
-
-
-def _sweep_partials(blobs: Path, commit: str, f: RepoFile) -> None:
-    """Deletes what killed downloads of f left behind: huggingface_hub's temporary files
-    (<etag>.<8 hex digits>.incomplete, which a kill -9 leaves) untouched for STALE_PARTIAL_S, and
-    the files Kwker's downloader before huggingface_hub kept to resume (<sha256>.incomplete,
-    <commit>-<name>.incomplete), which nothing writes any more. Called under f's lock: no Kwker
-    download of f is writing them."""
-    etag = f.sha256 or f.blob_id  # the Hub's ETag, which huggingface_hub names the blob after
-    for path in blobs.glob(f"{etag}.*.incomplete") if etag else []:
-        try:
-            if time.time() - path.stat().st_mtime > STALE_PARTIAL_S:
-                path.unlink()
-        except FileNotFoundError:  # its own process finished or removed it meanwhile
-            pass
-    (blobs / f"{commit}-{f.name}.incomplete").unlink(missing_ok=True)
-    if f.sha256:
-        (blobs / f"{f.sha256}.incomplete").unlink(missing_ok=True)
-
-
-def _mismatch(path: Path, f: RepoFile, size_only: bool = False) -> str | None:
-    """What is wrong with the file at path, or None: its size must be the Hub's exactly, and its
-    hash the Hub's (the sha256 of an LFS file, the git blob id of any other)."""
-    have = path.stat().st_size
-    if have != f.size:
-        return f"has {have} bytes where the Hub lists {f.size}"
-    if size_only:
-        return None
-    if f.sha256:
-        if _digest(path, hashlib.sha256()) != f.sha256:
-            return "does not match its sha256"
-    elif f.blob_id:  # git hashes the size, then the bytes
-        blob = hashlib.sha1(b"blob %d\0" % f.size, usedforsecurity=False)
-        if _digest(path, blob) != f.blob_id:
-            return "does not match its git blob id"
-    # (the Hub's file list always gives one of the two; without either, the size was checked)
-    return None
-
-
-def _digest(path: Path, h) -> str:
-    with open(path, "rb") as file:
-        while block := file.read(CHUNK):
-            h.update(block)
-    return h.hexdigest()
 
 
 def _said(e: Exception, repo_id: str, f: RepoFile) -> DownloadError | None:
@@ -376,83 +321,6 @@ def _said(e: Exception, repo_id: str, f: RepoFile) -> DownloadError | None:
     if _transient(e) or isinstance(e, OSError):  # the connection, or huggingface_hub's size check
         return DownloadError(f"downloading {where} failed: {e}")
     return None
-
-
-class _Tally:
-    """The bytes of one download() call, reported as Progress. hf_hub_download's progress bars
-    (bar_class) feed it, so it is also where a cancel is noticed, inside a transfer."""
-
-    def __init__(self, repo_id: str, total: int, progress, cancelled: Callable[[], bool]):
-        self.repo_id, self.total = repo_id, total
-        self.progress, self.cancelled = progress, cancelled
-        self.started = time.monotonic()
-        self.fetched = 0  # bytes received in this call, for the speed
-        self.before = 0  # bytes of the files before the current one
-        self.file, self.size, self.done = "", 0, 0  # the current file, and its bytes so far
-        self.bar_class = _counting_bar(self)
-
-    def check(self) -> None:
-        if self.cancelled():
-            raise Cancelled(
-                f"download of {self.repo_id} cancelled; run it again to continue (the files "
-                f"finished so far are kept)"
-            )
-
-    def begin(self, f: RepoFile) -> None:
-        self.check()
-        self.file, self.size, self.done = f.name, f.size, 0
-
-    def add(self, n: int) -> None:
-        """n bytes more of the current file (fewer when huggingface_hub starts a file over)."""
-        self.check()
-        self.fetched += max(n, 0)
-        self.done = min(max(self.done + n, 0), self.size)  # a retry's bytes are not counted twice
-        self.report()
-
-    def restart(self) -> None:  # the file is fetched again from its first byte
-        self.done = 0
-
-    def resume_at(self, n: int) -> None:
-        """The current file's transfer starts at byte n (n bytes were kept from before)."""
-        self.check()
-        self.done = min(n, self.size)
-        self.report()
-
-    def end(self) -> None:
-        self.before += self.size
-        self.done = 0
-        self.report()
-
-    def report(self) -> None:
-        if not self.progress:
-            return
-        done = self.before + self.done
-        speed = self.fetched / max(time.monotonic() - self.started, 1e-6)
-        eta = (self.total - done) / speed if speed else None
-        self.progress(Progress(self.file, done, self.total, speed, eta))
-
-
-def _counting_bar(tally: _Tally):
-    """A tqdm class for hf_hub_download's tqdm_class that shows nothing (Kwker shows its own
-    progress) and gives its byte counts to tally."""
-    from tqdm import tqdm
-
-    class CountingBar(tqdm):
-        def __init__(self, *args, **kwargs):
-            super().__init__(*args, **{**kwargs, "disable": True})
-
-        def update(self, n=1):  # bytes written to the file
-            tally.add(int(n or 0))
-
-        # Bytes received from the network: having these makes huggingface_hub use one bar per
-        # file for Xet downloads too, so update() alone counts each byte once
-        def update_transfer(self, n=1):
-            tally.check()
-
-        def set_transfer_postfix_str(self, postfix, refresh=False):
-            pass
-
-    return CountingBar
 
 
 def config(repo_id: str, revision: str | None = None, token: str | None = None) -> dict:
