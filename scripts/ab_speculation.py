@@ -57,6 +57,8 @@ class LookupCopy:
             ["git", "show", f"{self.BEFORE}:engine/kwker/speculative.py"],
             capture_output=True, text=True, check=True, cwd=os.path.dirname(__file__),
         ).stdout  # fmt: skip
+        # the suffix automata's home since kwker.suffix was deprecated
+        source = source.replace("from kwker.suffix import", "from kwker.speculative import")
         old = sys.modules["speculative_before"] = types.ModuleType("speculative_before")
         exec(compile(source, "speculative_before", "exec"), old.__dict__)
         self.proposers = {False: old.LookupProposer, True: generation.LookupProposer}

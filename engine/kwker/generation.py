@@ -24,9 +24,8 @@ from kwker.runner import Runner
 from kwker.sampling import Sampler, SamplingParams, SeededGenerator, is_generator, is_tensor
 from kwker.scheduler import DEFAULT_PREFILL_CHUNK, Scheduler
 from kwker.sequence import SequenceState
-from kwker.speculative import DraftProposer, LookupProposer, Speculator, StepCosts
+from kwker.speculative import DraftProposer, LookupProposer, Speculator, StepCosts, SuffixCache
 from kwker.streaming import GenerationChunk
-from kwker.suffix import SuffixCache
 
 if TYPE_CHECKING:
     import torch

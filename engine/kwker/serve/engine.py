@@ -16,8 +16,7 @@ from collections.abc import Callable
 
 from kwker.scheduler import DEFAULT_PREFILL_CHUNK, Scheduler
 from kwker.sequence import SequenceState
-from kwker.speculative import StepCosts
-from kwker.suffix import SuffixCache
+from kwker.speculative import StepCosts, SuffixCache
 
 END = None  # the item that ends a request's stream (after an error item, if it failed)
 

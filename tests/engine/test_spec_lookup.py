@@ -1,17 +1,19 @@
-"""Prompt lookup across texts: the suffix automaton of earlier texts (SuffixCache), a text streamed
-through it (Follower), LookupProposer taking the longer of its own and the corpus's match, and the
-serving engine's requests proposing what earlier requests wrote, without changing a token."""
+"""Prompt lookup: the suffix automata (a text streamed through earlier texts: Follower,
+SuffixCache), LookupProposer's longest match, its editor's copy and its corpus, and a serving
+engine's requests proposing what earlier requests wrote, without changing a token."""
 
 import random
+import sys
 
 import pytest
 import torch
 from helpers import tiny_llama
+from spec_fakes import REPEATS, run, tiny_target
 
 from kwker.hf import KwkDecoder
 from kwker.serve import ServingEngine
-from kwker.speculative import LookupProposer, StepCosts, _prior
-from kwker.suffix import Follower, SuffixCache
+from kwker.speculative import Follower, LookupProposer, StepCosts, SuffixAutomaton, SuffixCache
+from kwker.speculative.costs import _prior
 
 
 def longest_earlier(corpus_texts, text):
@@ -68,6 +70,72 @@ def test_the_cache_keeps_its_newest_texts_within_its_size():
         SuffixCache(max_tokens=1)
 
 
+def test_the_old_suffix_module_warns_and_still_works():
+    """kwker.suffix gives the automata from their new home for one release, warning at the line
+    that imported it."""
+    sys.modules.pop("kwker.suffix", None)
+    with pytest.warns(
+        DeprecationWarning, match="kwker.suffix is now kwker.speculative.lookup"
+    ) as said:
+        __import__("kwker.suffix")  # an import statement's path
+    assert len(said) == 1 and said[0].filename == __file__
+    old = sys.modules["kwker.suffix"]
+    assert (old.SuffixCache, old.Follower, old.SuffixAutomaton) == (
+        SuffixCache,
+        Follower,
+        SuffixAutomaton,
+    )
+    corpus = old.SuffixCache()
+    corpus.add([1, 2, 3, 4])
+    assert corpus.continuation(follow(corpus, [9, 2]), 5) == [3, 4]
+
+
+def test_lookup_proposes_what_followed_the_latest_match():
+    p = LookupProposer()
+    text = [1, 2, 3, 4, 9, 1, 2, 3, 7, 8, 1, 2, 3]
+    assert p.propose(text, 3) == [7, 8, 1]  # "1 2 3" last seen before the suffix at index 5
+    assert p.propose(text + [7], 2) == [8, 1]  # incremental: the index follows the growing text
+    assert p.propose([5, 6, 7], 4) == []  # a new text, nothing repeats
+
+
+def test_lookup_follows_the_longest_match_and_says_how_long_it_is():
+    p = LookupProposer()
+    passage = list(range(100, 130))
+    # the passage, a short reuse of its last 3 tokens, then the passage again up to token 120
+    text = [1] + passage + [7] + passage[-3:] + [8] + passage[:21]
+    assert p.match(text) == (1 + 21, 21)  # the first occurrence matches 21 tokens; the latest 0
+    assert p.propose(text, 4) == passage[21:25] and p.match_len == 21
+    # two occurrences that match as far back: the latest
+    text = [5, 1, 2, 3, 9, 5, 1, 2, 3, 4, 6, 1, 2, 3]
+    assert p.match(text) == (9, 3) and p.propose(text, 2) == [4, 6]
+    assert p.propose([1, 2, 1], 3) == [2, 1] and p.match_len == 1  # one token is a match too
+
+
+def test_lookup_resumes_an_edited_copy_where_it_left_its_source():
+    """A module whose function LOAD is renamed NEW: after each renamed call the copy goes on from
+    its own line of the source, not from the latest line that matches (the text's own earlier
+    edit of a call, or the source's last call), and says how long its match is since the edit."""
+    LOAD, NEW, CFG, PATH, END, RET, A, B = 50, 51, 52, 53, 54, 55, 60, 61
+    source = [9, 9, 8] + list(range(100, 120))  # a preamble the copy starts in
+    source += [RET, LOAD, CFG, PATH, A, END] + [RET, LOAD, CFG, PATH, B, END]
+    p = LookupProposer()
+    text = source + [7]
+
+    def decode(tokens: list[int], most: int = 2):
+        """Lookup at each new token, as decoding calls it; what it finds after the last."""
+        for t in tokens:
+            text.append(t)
+            found = p.find(text, most)
+        return found
+
+    decode(source[:23] + [RET, NEW])  # copied to the first call, LOAD renamed
+    assert decode([CFG]) == ([PATH, A], 1)  # not "PATH B" (the latest call's)
+    decode([PATH, A, END, RET, NEW])
+    # the text's own first call ("RET NEW CFG PATH A") matches longer, the copy is at the second
+    assert decode([CFG, PATH]) == ([B, END], 2)
+    assert LookupProposer().find(text, 2)[0] == [A, END]  # (without the copy)
+
+
 def test_lookup_takes_the_longer_of_the_texts_own_match_and_the_corpus():
     corpus = SuffixCache()
     corpus.add([1, 2, 3, 4, 5, 6, 7, 8, 9])
@@ -84,6 +152,22 @@ def test_lookup_takes_the_longer_of_the_texts_own_match_and_the_corpus():
     corpus.add([60, 61, 62, 63])
     assert p.propose([7, 8, 60, 61], 5) == [62, 63]
     assert LookupProposer().propose([60, 61], 3) == []  # no corpus, nothing repeats
+
+
+@pytest.fixture(scope="module")
+def target():
+    return tiny_target()
+
+
+def test_lookup_accepts_on_repetitive_text_and_records_stats(target):
+    dec = KwkDecoder(target, max_cache_len=128)
+    out = run(dec, REPEATS)
+    s = dec.last_stats
+    assert s.proposed.get("lookup", 0) > 0 and 0 <= s.accepted["lookup"] <= s.proposed["lookup"]
+    assert (
+        s.new_tokens == 40 and s.steps + s.accepted["lookup"] == 39
+    )  # each step: accepted + one of its own
+    assert out.shape == (1, len(REPEATS) + 40)
 
 
 @pytest.fixture(scope="module")
