@@ -13,7 +13,7 @@ from helpers import tiny_llama
 from serving import running
 
 from kwker.api_keys import api_key_from
-from kwker.decode import KwkDecoder
+from kwker.hf import KwkDecoder
 from kwker.sampling import SeededGenerator
 from kwker.serve import ServingEngine, create_app
 

@@ -16,7 +16,7 @@ import torch
 from helpers import tiny_llama
 from serving import Slow, metrics, never_reading_client, running, wait_idle
 
-from kwker.decode import KwkDecoder
+from kwker.hf import KwkDecoder
 from kwker.sampling import SeededGenerator
 from kwker.sequence import SequenceState
 from kwker.serve import ServingEngine, create_app
