@@ -281,7 +281,7 @@ def llama31_tokenizer(smollm2_tokenizer):
     tok = copy.deepcopy(smollm2_tokenizer)
     special = ["<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>",
                "<|eom_id|>", "<|python_tag|>"]  # fmt: skip
-    tok.add_special_tokens({"additional_special_tokens": special})
+    tok.add_tokens(special, special=True)
     tok.bos_token, tok.eos_token = "<|begin_of_text|>", "<|eot_id|>"
     tok.chat_template = LLAMA31_TEMPLATE
     return tok
@@ -292,7 +292,7 @@ def mistral_tokenizer(smollm2_tokenizer):
     tok = copy.deepcopy(smollm2_tokenizer)
     special = ["<s>", "</s>", "[INST]", "[/INST]", "[TOOL_CALLS]", "[AVAILABLE_TOOLS]",
                "[/AVAILABLE_TOOLS]", "[TOOL_RESULTS]", "[/TOOL_RESULTS]"]  # fmt: skip
-    tok.add_special_tokens({"additional_special_tokens": special})
+    tok.add_tokens(special, special=True)
     tok.bos_token, tok.eos_token = "<s>", "</s>"
     tok.chat_template = MISTRAL_V3_TEMPLATE
     return tok

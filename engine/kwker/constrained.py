@@ -10,6 +10,7 @@ target nothing else, so they are accepted, whatever the sampler draws."""
 
 from __future__ import annotations
 
+import copy
 import json
 import weakref
 
@@ -35,13 +36,16 @@ _LL_TOKENIZERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def _ll_tokenizer(tokenizer, vocab: int):
-    """llguidance's view of a Hugging Face fast tokenizer."""
+    """llguidance's view of a tokenizer with a `tokenizers` backend (kwker.loading.tokenizer's,
+    or a transformers fast one): what llguidance.hf.from_tokenizer builds, without importing
+    transformers as that does."""
     cached = _LL_TOKENIZERS.get(tokenizer)
     if cached is not None and cached[0] == vocab:
         return cached[1]
-    import llguidance.hf
-
-    ll = llguidance.hf.from_tokenizer(tokenizer, n_vocab=vocab)
+    backend = copy.copy(tokenizer.backend_tokenizer)
+    backend.no_padding()
+    backend.no_truncation()
+    ll = _llg().LLTokenizer(backend.to_str(), n_vocab=vocab, eos_token=tokenizer.eos_token_id)
     _LL_TOKENIZERS[tokenizer] = (vocab, ll)
     return ll
 

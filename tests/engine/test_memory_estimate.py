@@ -39,7 +39,6 @@ from PySide6.QtWidgets import QApplication
 app = QApplication([])
 from kwker.app.store import Store
 from kwker.app.views.main_window import MainWindow
-from kwker.loading.tokenizer import _tokenizer_class
 
 def rss():
     with open("/proc/self/status") as f:
@@ -71,9 +70,8 @@ RUNTIME_CHILD = (
     WINDOW
     + r"""
 wait(lambda: "Could not load" in win.status.text(), 60)
-# the tokenizer classes a load imports (transformers' torch-free tokenization modules)
-for name in ("TokenizersBackend", "Qwen2Tokenizer"):
-    _tokenizer_class(name)
+# what a load imports for the tokenizer and its chat template
+import kwker.loading.gguf_vocab, kwker.loading.tokenizer_folder, jinja2.ext, jinja2.sandbox
 for _ in range(50):
     app.processEvents()
 print(json.dumps({"rss": rss()}))

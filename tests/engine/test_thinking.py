@@ -99,7 +99,7 @@ def test_the_tags_come_from_the_template_or_the_vocabulary(tokenizer, smollm2_to
         "[THINK]", "[/THINK]")  # fmt: skip
     # no tags in the template, but in the vocabulary, as special tokens: their ids are known
     special = copy.deepcopy(smollm2_tokenizer)
-    special.add_special_tokens({"additional_special_tokens": ["<reasoning>", "</reasoning>"]})
+    special.add_tokens(["<reasoning>", "</reasoning>"], special=True)
     fmt = thinking_format(special)
     assert (fmt.open, fmt.close, fmt.switch) == ("<reasoning>", "</reasoning>", False)
     assert (fmt.open_id, fmt.close_id) == tuple(

@@ -45,7 +45,7 @@ def token_bytes(tokenizer):
     string and as bytes, since a token may be part of a UTF-8 character). Byte-level BPE
     vocabularies (GPT-2's, SmolLM2's, Qwen's) spell bytes as characters; SentencePiece ones
     (Gemma's) have <0xNN> byte tokens and '▁' for a space; anything else is decoded."""
-    from transformers.convert_slow_tokenizer import bytes_to_unicode
+    from kwker.loading.tokenizer_classes import bytes_to_unicode
 
     byte_of = {c: b for b, c in bytes_to_unicode().items()}
     decoder = getattr(getattr(tokenizer, "backend_tokenizer", None), "decoder", None)
