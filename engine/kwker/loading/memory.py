@@ -17,7 +17,7 @@ The parts, each as the native step (native/src/model/model.cpp) lays out its mem
   what a chat needs once it fills the context).
 - scratch: the step's activation rows (max_step_tokens of them: a long prompt touches all), the
   rows of logits a speculative verify returns, attention scores per thread and the rope tables.
-- tokenizer: the transformers tokenizer of the vocabulary (with the Python objects its build leaves).
+- tokenizer: the tokenizer of the vocabulary (kwker.loading.tokenizer's, read back from the cache).
 - runtime: the app process before any model.
 
 The tokenizer and runtime figures are measured (see their constants), the rest is computed. tests/
@@ -36,21 +36,21 @@ from kwker.precision import own_precision as dtype_precision
 # ---- measured constants ------------------------------------------------------------------------
 
 # The app's process before it loads a model: Python 3.11, numpy, PySide6 with its QApplication and
-# the main window shown, the app's and the engine's modules, tokenizers and the transformers
-# tokenizer classes kwker.loading.tokenizer imports. Measured as VmRSS of a fresh process that
-# imports and shows exactly that (QT_QPA_PLATFORM=offscreen, a store whose model does not exist,
-# so nothing is loaded): 148, 150 and 151 MB in three runs on this machine (x86-64 Linux, Python
-# 3.11, PySide6 6.12, transformers 5.24; the window itself is 19 MB of it). tests/engine/
+# the main window shown, the app's and the engine's modules, the tokenizers library and Jinja
+# (kwker.loading.tokenizer's). Measured as VmRSS of a fresh process that imports and shows
+# exactly that (QT_QPA_PLATFORM=offscreen, a store whose model does not exist, so nothing is
+# loaded): 119 MB in three runs on this machine (x86-64 Linux, Python 3.11, PySide6 6.12; 148 MB
+# when the tokenizer was transformers'; the window itself is 19 MB of it). tests/engine/
 # test_memory_estimate.py measures it again (RUNTIME_CHILD) and checks this figure. A real display
 # (xcb, wayland) instead of offscreen may add its own buffers.
-RUNTIME_BYTES = 148_000_000
+RUNTIME_BYTES = 119_000_000
 
 # A loaded tokenizer, per vocabulary entry: VmRSS after building it (then collecting the garbage)
 # less before, in a process that had imported everything above. Byte-level BPE (SmolLM2, Qwen2.5:
-# 49152 and 151936 entries) took 41 and 120 MB read back from the tokenizer saved in the cache
-# (every load after the first; built from the GGUF, the first time, 28 and 81 MB); Gemma 3's
-# SentencePiece vocabulary (262144 entries) 311 MB either way.
-TOKENIZER_BYTES_PER_ENTRY = {"bpe": 810, "spm": 1190}
+# 49152 and 151936 entries) took 30 and 107 MB read back from the tokenizer saved in the cache
+# (every load after the first; built from the GGUF, the first time, 20 and 53 MB); Gemma 3's
+# SentencePiece vocabulary (262144 entries) 304 MB read back, 120 MB built.
+TOKENIZER_BYTES_PER_ENTRY = {"bpe": 700, "spm": 1160}
 
 # ---- the native step's layout (native/src/formats/formats.h, native/src/model/*.h) ---------------
 
