@@ -110,8 +110,8 @@ def open_files(path: Path):
 def file_tokenizer(source, path: Path):
     """The tokenizer of the model files at `path` (`source`: their GgufFile, or the folder with
     tokenizer.json); BadModelFile when none can be built. The tokenizer's sources are the file's
-    and unchecked by the libraries that read them (transformers' GGUF converter, the tokenizers
-    library), which raise whatever damage leads them to: a TypeError, a KeyError, a bare
+    and unchecked by the code that reads them (kwker.loading.gguf_vocab, the tokenizers
+    library), which raises whatever damage leads it to: a TypeError, a KeyError, a bare
     Exception ("EOF while parsing")."""
     try:
         return load_tokenizer(source)
