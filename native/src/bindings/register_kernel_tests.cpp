@@ -10,6 +10,7 @@
 #include <cstring>
 #include <vector>
 
+#include "../kernels/canonical.h"
 #include "../kernels/kernels.h"
 #include "../model/buffer.h"
 #include "checks.h"
@@ -269,6 +270,19 @@ py::array_t<float> kernel_glu(const std::string& isa, py::object gate_arg, py::o
   return r;
 }
 
+// fma_exact (canonical.h) element by element: the reference kernels' fma where the C library's is
+// not exact (Windows); tested on every system.
+py::array_t<float> kernel_fma_exact(py::object a_arg, py::object b_arg, py::object c_arg) {
+  const py::array_t<float> a = float_array(a_arg, 1, "a"), b = float_array(b_arg, 1, "b"),
+                           c = float_array(c_arg, 1, "c");
+  if (b.size() != a.size() || c.size() != a.size())
+    throw std::invalid_argument("a, b and c differ in length");
+  py::array_t<float> r(a.size());
+  for (py::ssize_t i = 0; i < a.size(); i++)
+    r.mutable_data()[i] = fma_exact(a.data()[i], b.data()[i], c.data()[i]);
+  return r;
+}
+
 }  // namespace
 
 void register_kernel_tests(py::module_& m) {
@@ -291,6 +305,8 @@ void register_kernel_tests(py::module_& m) {
       py::arg("isa"), py::arg("x"), py::arg("temperature"), py::arg("close"));
   m.def("kernel_glu", &kernel_glu, py::arg("isa"), py::arg("gate"), py::arg("up"),
         py::arg("activation") = Activation::Silu, "act(gate) * up");
+  m.def("kernel_fma_exact", &kernel_fma_exact, py::arg("a"), py::arg("b"), py::arg("c"),
+        "a * b + c rounded once, by the reference kernels' portable fma");
 }
 
 }  // namespace kwker

@@ -17,6 +17,34 @@ namespace kwker {
 // 16 lanes, AVX2 two registers of 8, the reference 16 floats.
 constexpr int kSumLanes = 16;
 
+// fma(a, b, c) rounded once, to nearest even, from double arithmetic: a * b is exact in double, so
+// is the error e of its sum with c (TwoSum), and that sum rounded to odd (its last bit set when e
+// is not zero) rounds to the float that the exact value rounds to (53 >= 2 * 24 + 2 bits). NaN and
+// infinite results as double arithmetic gives them. For C libraries whose fmaf rounds twice:
+// MinGW-w64's missed on a quarter of random inputs, making the reference kernels disagree with the
+// FMA instructions.
+inline float fma_exact(float a, float b, float c) {
+  const double p = double(a) * double(b), z = c, s = p + z;
+  if (!std::isfinite(s)) return float(s);
+  const double zs = s - p, e = (p - (s - zs)) + (z - zs);
+  uint64_t u;
+  std::memcpy(&u, &s, 8);
+  if (e != 0 && !(u & 1)) u = (e > 0) == (s > 0) ? u + 1 : u - 1;  // away from s, toward the value
+  double r;
+  std::memcpy(&r, &u, 8);
+  return float(r);
+}
+
+// The reference kernels' fused multiply-add: the C library's, except on Windows, where MinGW-w64's
+// rounds twice (and the UCRT's was never tested).
+inline float fma_rn(float a, float b, float c) {
+#if defined(_WIN32)
+  return fma_exact(a, b, c);
+#else
+  return std::fma(a, b, c);
+#endif
+}
+
 // One float as a "register" of width 1, with the semantics of the SIMD instructions (max/min as
 // MAXPS/MINPS, round to nearest even as ROUNDPS in the default mode, fma fused).
 struct ScalarOps {
@@ -26,7 +54,7 @@ struct ScalarOps {
   static float add(float a, float b) { return a + b; }
   static float sub(float a, float b) { return a - b; }
   static float mul(float a, float b) { return a * b; }
-  static float fma(float a, float b, float c) { return std::fma(a, b, c); }
+  static float fma(float a, float b, float c) { return fma_rn(a, b, c); }
   static float max(float a, float b) { return a > b ? a : b; }
   static float min(float a, float b) { return a < b ? a : b; }
   static float round(float a) { return std::nearbyint(a); }
@@ -62,12 +90,12 @@ inline typename V::reg exp_poly(typename V::reg x) {
 
 // fma(a, b, c) with a tiny result flushed to zero of its sign, as x86 flushes under MXCSR.FTZ and
 // VDPBF16PS always: the result is tiny when, rounded to 24 bits with an unbounded exponent, it is
-// below FLT_MIN (x86 detects tininess after rounding). The gradual-underflow result r of std::fma
+// below FLT_MIN (x86 detects tininess after rounding). The gradual-underflow result r of the fma
 // says it in all but one case: an exact sum in [FLT_MIN (1 - 2^-24), FLT_MIN (1 - 2^-25)), which
 // rounds to FLT_MIN in r but below it with 24 bits, so it is flushed. There the sum is exact in
 // double (a tiny result leaves c and a * b within 49 bits of each other), so it is compared so.
 inline float fma_ftz(float a, float b, float c) {
-  const float r = std::fma(a, b, c);
+  const float r = fma_rn(a, b, c);
   if (r == 0.f || !(std::fabs(r) <= 0x1p-126f)) return r;  // exact zero, normal, inf or NaN
   const double v = double(a) * double(b) + double(c);
   return std::fabs(v) < 0x1p-126 * (1 - 0x1p-25) ? std::copysign(0.f, r) : r;

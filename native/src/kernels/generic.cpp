@@ -47,7 +47,7 @@ void matmul_generic(const float* x, int m, int ldx, const void* w, int kp, int p
     for (int n = p0 * kPanel; n < p1 * kPanel; n++) {
       float s = 0.f;
       for (int k = 0; k < kp; k++)
-        s = std::fma(x[size_t(t) * ldx + k], panel_value(w, T, kp, n, k), s);
+        s = fma_rn(x[size_t(t) * ldx + k], panel_value(w, T, kp, n, k), s);
       if (bias) s += bias[n];
       float* out = y + size_t(t) * ldy + n;
       *out = accumulate ? *out + s : s;
@@ -89,8 +89,8 @@ void qmatmul_generic(const QRows& x, int m, const void* w, int kp, int p0, int p
           dot += panel_q(w, T, kp, n, b * kQBlock + j, &dw, &mw) *
                  x.q[size_t(t) * kp + b * kQBlock + j];
         const float dx = x.d[size_t(t) * nb + b];
-        s = std::fma(dw * dx, float(dot), s);
-        if (T == WType::Q4) s = std::fma(mw, x.dsum[size_t(t) * nb + b], s);
+        s = fma_rn(dw * dx, float(dot), s);
+        if (T == WType::Q4) s = fma_rn(mw, x.dsum[size_t(t) * nb + b], s);
       }
       if (bias) s += bias[n];
       float* out = y + size_t(t) * ldy + n;
@@ -123,7 +123,7 @@ void attend_part_generic(AttendPhase phase, int lo, int hi, const float* q, int 
       for (int i = std::max(f, lo * kPanel); i < i1; i++) {
         float dot = 0.f;
         for (int d = 0; d < hdp; d++)
-          dot = std::fma(qj[d], kv_value<KV>(k, panel_index(i, d, hdp)), dot);
+          dot = fma_rn(qj[d], kv_value<KV>(k, panel_index(i, d, hdp)), dot);
         s[i] = dot * scale;
       }
     } else if (phase == AttendPhase::Softmax) {
@@ -138,7 +138,7 @@ void attend_part_generic(AttendPhase phase, int lo, int hi, const float* q, int 
       float* o = out + size_t(j) * hdp;
       for (int i = f; i < e; i++)
         for (int c = lo; c < std::min(hi, hdp); c++)
-          o[c] = std::fma(s[i], kv_value<KV>(v, size_t(i) * hdp + c), o[c]);
+          o[c] = fma_rn(s[i], kv_value<KV>(v, size_t(i) * hdp + c), o[c]);
     }
   }
 }
@@ -172,9 +172,8 @@ template <Activation A>
 void glu_generic(const float* gate, const float* up, float* out, int n) {
   for (int i = 0; i < n; i++) {
     const float x = gate[i];
-    const float z = A == Activation::GeluTanh
-                        ? 2.f * 0.7978845608028654f * std::fma(0.044715f, x * x * x, x)
-                        : x;
+    const float z =
+        A == Activation::GeluTanh ? 2.f * 0.7978845608028654f * fma_rn(0.044715f, x * x * x, x) : x;
     out[i] = x / (1.f + exp_canonical(0.f - z)) * up[i];
   }
 }

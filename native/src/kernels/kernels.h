@@ -7,9 +7,9 @@
 //   * each output element (float formats; the quantized ones: see QMatmulFn) is one chain of fused
 //     multiply-adds over k = 0, 1, ..., kp-1 in order, starting from +0. Tile shapes only decide
 //     how many chains run side by side, so a token's result does not depend on how many tokens
-//     share the call, nor on the thread, nor even on the ISA (the reference uses std::fma in the
-//     same order). This is what makes a token's logits identical, bit for bit, alone, inside a
-//     k-token verify step, in a batch or in prefill.
+//     share the call, nor on the thread, nor even on the ISA (the reference uses a correctly
+//     rounded fma, fma_rn, in the same order). This is what makes a token's logits identical, bit
+//     for bit, alone, inside a k-token verify step, in a batch or in prefill.
 #pragma once
 
 #include <cstddef>
