@@ -4,7 +4,9 @@
 
 #include <stdexcept>
 #include <string>
+#include <utility>
 
+#include "../kernels/cpu_features.h"
 #include "../kernels/kernels.h"
 #include "../model/roofline.h"
 #include "../model/threadpool.h"
@@ -26,6 +28,24 @@ void register_machine(py::module_& m) {
   m.def("isa_supported", &isa_supported, py::arg("isa"),
         "Whether this CPU runs the given ISA's kernels.");
   m.def("isa_best", &isa_best, "The best ISA this CPU runs.");
+  m.def(
+      "cpu_features",
+      [] {
+        const CpuFeatures& f = cpu_features();
+        py::dict d;
+        for (auto [name, on] : {std::pair<const char*, bool>{"avx2", f.avx2},
+                                {"fma", f.fma},
+                                {"f16c", f.f16c},
+                                {"avx512f", f.avx512f},
+                                {"avx512bw", f.avx512bw},
+                                {"avx512vl", f.avx512vl},
+                                {"avx512dq", f.avx512dq},
+                                {"avx512vnni", f.avx512vnni},
+                                {"avx512bf16", f.avx512bf16}})
+          d[name] = on;
+        return d;
+      },
+      "The CPU features the ISA checks read (CPUID bits the operating system also enables).");
   m.def(
       "measure_read_bandwidth",
       [](size_t bytes, int threads, int repeats) {

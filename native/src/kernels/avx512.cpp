@@ -3,6 +3,7 @@
 // CPU has been checked for those features.
 #include <immintrin.h>
 
+#include "cpu_features.h"
 #include "simd_kernels.h"
 
 #ifndef KWKER_AVX512_ENTRY  // avx512_emulated.cpp compiles this file again under other names
@@ -13,7 +14,7 @@
 // the table uses them only on a CPU that has them, see below)
 #define KWKER_AVX512_DPBF16(acc, a, b) _mm512_dpbf16_ps(acc, (__m512bh)(a), (__m512bh)(b))
 #define KWKER_AVX512_CVTNE2PS_PBH(hi, lo) ((__m512i)_mm512_cvtne2ps_pbh(hi, lo))
-#define KWKER_AVX512_HAS_BF16() __builtin_cpu_supports("avx512bf16")
+#define KWKER_AVX512_HAS_BF16() cpu_features().avx512bf16
 #endif
 
 namespace kwker {

@@ -3,20 +3,18 @@
 // that found SIMDe and is only ever forced.
 #include <stdexcept>
 
+#include "cpu_features.h"
 #include "kernels.h"
 
 namespace kwker {
 
 bool isa_supported(const std::string& isa) {
-  __builtin_cpu_init();
+  const CpuFeatures& cpu = cpu_features();
   if (isa == "generic") return true;
-  if (isa == "avx2")
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-           __builtin_cpu_supports("f16c");
-  if (isa == "avx512")
-    return isa_supported("avx2") && __builtin_cpu_supports("avx512f") &&
-           __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
-           __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vnni");
+  if (isa == "avx2") return cpu.avx2 && cpu.fma && cpu.f16c;
+  if (isa == "avx512")  // AVX512_BF16 is optional: the table has a kernel for CPUs without it
+    return isa_supported("avx2") && cpu.avx512f && cpu.avx512bw && cpu.avx512vl && cpu.avx512dq &&
+           cpu.avx512vnni;
 #ifdef KWKER_AVX512_EMULATED
   if (isa == "avx512-emulated")
     return isa_supported("avx2");  // SIMDe builds on the AVX2 intrinsics

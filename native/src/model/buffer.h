@@ -4,13 +4,12 @@
 // tokens it holds; perf-notes #6). Small ones come from the heap, zeroed here.
 #pragma once
 
-#include <sys/mman.h>
-
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
 #include <new>
 #include <utility>
+
+#include "platform.h"
 
 namespace kwker {
 
@@ -22,8 +21,8 @@ class Buffer {
   static constexpr size_t kHugePage = size_t(2) << 20;
 
   Buffer() = default;
-  // huge_pages: an anonymous mapping aligned to 2 MB and advised for transparent huge pages (where
-  // the system allows them: `madvise` mode), for memory that is streamed whole on every step
+  // huge_pages: an anonymous mapping aligned to 2 MB and advised for transparent huge pages (Linux,
+  // where the system allows them: `madvise` mode), for memory that is streamed whole on every step
   // (weights).
   explicit Buffer(size_t bytes, bool huge_pages = false) : size_(bytes) {
     if (bytes == 0) return;
@@ -31,16 +30,15 @@ class Buffer {
     if (mapped_) {  // page aligned and zero filled by the kernel
       const size_t span = huge_pages ? (bytes + kHugePage - 1) / kHugePage * kHugePage : bytes;
       map_bytes_ = span + (huge_pages ? kHugePage : 0);  // room to align the start
-      map_ = mmap(nullptr, map_bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-      if (map_ == MAP_FAILED) throw std::bad_alloc();
+      map_ = platform::map_pages(map_bytes_);
+      if (!map_) throw std::bad_alloc();
       const uintptr_t a = reinterpret_cast<uintptr_t>(map_);
       data_ = reinterpret_cast<void*>(huge_pages ? (a + kHugePage - 1) / kHugePage * kHugePage : a);
-      if (huge_pages)
-        madvise(data_, span, MADV_HUGEPAGE);  // advice: no error if the system declines
+      if (huge_pages) platform::advise_huge_pages(data_, span);
       return;
     }
     const size_t rounded = (bytes + 63) / 64 * 64;
-    data_ = std::aligned_alloc(64, rounded);
+    data_ = platform::aligned_alloc(64, rounded);
     if (!data_) throw std::bad_alloc();
     std::memset(data_, 0, rounded);
   }
@@ -70,9 +68,9 @@ class Buffer {
   void release() {
     if (!data_) return;
     if (mapped_)
-      munmap(map_, map_bytes_);
+      platform::unmap_pages(map_, map_bytes_);
     else
-      std::free(data_);
+      platform::aligned_free(data_);
     data_ = nullptr;
   }
 
