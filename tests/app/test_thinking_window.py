@@ -68,7 +68,7 @@ def test_thinking_in_the_window(qtbot, data_dir, folder, tmp_path, monkeypatch):
     qtbot.waitUntil(lambda: not win.generating, timeout=20_000)
     first = win.messages[-1]
     assert (first.content, first.thinking) == ("Three.", THOUGHT)
-    spelled = len(tokenizer(f"<think>\n{THOUGHT}\n</think>", add_special_tokens=False).input_ids)
+    spelled = len(tokenizer.encode(f"<think>\n{THOUGHT}\n</think>", add_special_tokens=False))
     assert first.stats["thinking_tokens"] == spelled and first.stats["thinking_s"] > 0
     decoded = tokenizer.decode(prompts[-1])
     assert decoded.endswith("How many?<|im_end|>\n<|im_start|>assistant\n")  # thinking on
