@@ -5,6 +5,11 @@
 // a SIMDe release lacks are defined below, element by element, with the semantics of Intel's
 // reference (round to nearest even where the hardware rounds by MXCSR's default).
 #define SIMDE_ENABLE_NATIVE_ALIASES
+#ifdef __clang__
+// clang's own headers declare __mmask64 (unsigned long long), which SIMDe 0.8.2 then declares again
+// as uint64_t (unsigned long on Linux): defined as a macro, SIMDe's stays out
+#define __mmask64 __mmask64
+#endif
 #include <simde/x86/avx512.h>
 
 #include <cmath>
@@ -89,6 +94,10 @@ inline simde__m512i cvtne2ps_pbh(simde__m512 hi, simde__m512 lo) {
 #define KWKER_AVX512_CVTNE2PS_PBH(hi, lo) kwker::emulated::cvtne2ps_pbh(hi, lo)
 #define KWKER_AVX512_HAS_BF16() true  // the emulation is a CPU with AVX512_BF16
 
+#ifdef __clang__  // clang's headers define these as macros over AVX-512 builtins: replace them
+#undef _mm512_cvtps_ph
+#undef _mm512_mask_srli_epi16
+#endif
 #ifndef _mm512_cvtepi32_ps
 #define _mm512_cvtepi32_ps kwker::emulated::cvtepi32_ps
 #endif
