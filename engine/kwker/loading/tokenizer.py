@@ -164,7 +164,12 @@ class Tokenizer:
 
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
         """The ids of `text`; add_special_tokens: with the BOS / EOS the tokenizer adds."""
-        return self.backend_tokenizer.encode(text, add_special_tokens=add_special_tokens).ids
+        # encode_batch lets go of the GIL (encode does not): a server's long prompt is encoded
+        # on a worker thread while its event loop answers
+        (encoding,) = self.backend_tokenizer.encode_batch(
+            [text], add_special_tokens=add_special_tokens
+        )
+        return encoding.ids
 
     def __call__(self, text: str | list[str], add_special_tokens: bool = True) -> dict:
         """{"input_ids": encode(text)}, or a list of them for a list of texts (transformers'
