@@ -20,8 +20,8 @@ def best_isa() -> str:
 def decoder_available() -> bool:
     """True when this CPU runs KwkDecoder with a SIMD kernel set (AVX2+FMA+F16C or AVX-512).
 
-    The portable reference kernels run anywhere but are far too slow to be worth it; KWKER_ISA=generic forces
-    them anyway (tests use it as an oracle).
+    The portable reference kernels run anywhere but are far too slow to be worth it;
+    KWKER_ISA=generic forces them anyway (tests use it as an oracle).
     """
     isa = forced_isa()
     if isa:

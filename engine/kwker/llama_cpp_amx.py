@@ -1,12 +1,12 @@
 """llama-cpp-python, kept off its AMX matmul on CPUs that have AMX.
 
-llama.cpp is kwker's peer (`kwker bench`, `kwker quality`) and a third-party server in the tests. Its AMX
-kernels (ggml-cpu/amx/mmq.cpp) load their tile configuration with GCC 12's `_tile_loadconfig`, whose asm
-operand covers only the first 8 bytes of the 64-byte configuration. GCC then drops the stores of the
-tiles' rows and widths, `ldtilecfg` reads an invalid configuration, and the process dies of SIGSEGV at its
-first matmul of more than one row (the prompt). Seen with llama-cpp-python 0.3.36 built from source by
-Debian 12's GCC 12.2 on a Xeon with AMX: the disassembly stores 32 zero bytes and the palette id, then
-`ldtilecfg`; llama.cpp issue #20824.
+llama.cpp is kwker's peer (`kwker bench`, `kwker quality`) and a third-party server in the tests.
+Its AMX kernels (ggml-cpu/amx/mmq.cpp) load their tile configuration with GCC 12's
+`_tile_loadconfig`, whose asm operand covers only the first 8 bytes of the 64-byte configuration.
+GCC then drops the stores of the tiles' rows and widths, `ldtilecfg` reads an invalid configuration,
+and the process dies of SIGSEGV at its first matmul of more than one row (the prompt). Seen with
+llama-cpp-python 0.3.36 built from source by Debian 12's GCC 12.2 on a Xeon with AMX: the
+disassembly stores 32 zero bytes and the palette id, then `ldtilecfg`; llama.cpp issue #20824.
 
 llama.cpp puts weights in its AMX buffers only as an "extra buffer type", so a model loaded with
 `use_extra_bufts = False` runs every matmul on its AVX-512 kernels. That also turns off its weight
@@ -35,8 +35,9 @@ def cpu_has_amx() -> bool:
 
 
 def keep_llama_cpp_off_amx() -> bool:
-    """From now on in this process, llama_cpp.Llama loads its weights without extra buffer types on a CPU
-    with AMX. Returns whether it does (and the peer runs without repacked weights). Idempotent."""
+    """From now on in this process, llama_cpp.Llama loads its weights without extra buffer types on
+    a CPU with AMX. Returns whether it does (and the peer runs without repacked weights).
+    Idempotent."""
     if not cpu_has_amx():
         return False
     import llama_cpp.llama_cpp as lib  # llama_cpp.Llama reads its defaults from here at each load

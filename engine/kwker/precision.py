@@ -1,32 +1,37 @@
-"""The one precision table: what each precision is called, shown as, stored in, costs, and is benched against.
+"""The one precision table: what each precision is called, shown as, stored in, costs, and is
+benched against.
 
-A precision says how the weights are stored once loaded and how their matmuls compute. Activations are float32
-everywhere but in "bf16-dot", whose matmuls round them to bf16 (the bf16 dot product, below). Every part of Kwker
-reads it from here: the decoder (the native formats), the command line (its choices, parsed before torch
-loads, so this module imports neither torch nor the native module), the app (labels, "Model's own"), the
-model catalog (bytes per weight), `kwker bench` (the GGUF formats llama.cpp runs beside each precision, the
-dtype transformers runs at) and the quality table.
+A precision says how the weights are stored once loaded and how their matmuls compute. Activations
+are float32 everywhere but in "bf16-dot", whose matmuls round them to bf16 (the bf16 dot product,
+below). Every part of Kwker reads it from here: the decoder (the native formats), the command line
+(its choices, parsed before torch loads, so this module imports neither torch nor the native
+module), the app (labels, "Model's own"), the model catalog (bytes per weight), `kwker bench` (the
+GGUF formats llama.cpp runs beside each precision, the dtype transformers runs at) and the quality
+table.
 
-Format names are those of the native module's weight types (`kwker._native.WType.Q4`); the decoder maps them
-there, where it makes the native call.
+Format names are those of the native module's weight types (`kwker._native.WType.Q4`); the decoder
+maps them there, where it makes the native call.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-AUTO = "auto"  # the model's own precision (its weights' dtype), as the app stores it (transformers' "auto")
+# the model's own precision (its weights' dtype), as the app stores it (transformers' "auto")
+AUTO = "auto"
 AUTO_LABEL = "Model's own"
 
 
 @dataclass(frozen=True)
 class Format:
-    """A native weight format: `block` weights take `block_bytes` bytes (see native/src/kernels/kernels.h)."""
+    """A native weight format: `block` weights take `block_bytes` bytes (see
+    native/src/kernels/kernels.h)."""
 
     name: str  # the member of kwker._native.WType
     block: int
     block_bytes: int
-    array: str  # the torch dtype of the array the native loader takes (it quantizes from float32 itself)
+    # the torch dtype of the array the native loader takes (it quantizes from float32 itself)
+    array: str
 
     @property
     def quantized(self) -> bool:
@@ -46,8 +51,8 @@ FORMATS = {
         # activations to bf16
         Format("BF16P", 1, 2, "bfloat16"),
         Format("F16", 1, 2, "float16"),
-        # blocks of 32 along the input dimension: Q8 = 32 int8 + an fp16 scale (8.5 bits per weight),
-        # Q4 = 32 nibbles + an fp16 scale and min (5 bits)
+        # blocks of 32 along the input dimension: Q8 = 32 int8 + an fp16 scale (8.5 bits per
+        # weight), Q4 = 32 nibbles + an fp16 scale and min (5 bits)
         Format("Q8", 32, 34, "float32"),
         Format("Q4", 32, 20, "float32"),
     )
@@ -62,9 +67,10 @@ class Precision:
     label: str  # what the app shows
     matrices: str  # format of the layers' matrices
     embeddings: str  # format of the embedding and lm_head
-    # `kwker bench --vs llama.cpp`: the GGUF formats written from the same weights and run beside this
-    # precision; the matrix types of a source GGUF that it holds exactly (then that file runs too, as it
-    # is: both engines read the same bytes); the formats llama.cpp's own quantizer also writes
+    # `kwker bench --vs llama.cpp`: the GGUF formats written from the same weights and run beside
+    # this precision; the matrix types of a source GGUF that it holds exactly (then that file runs
+    # too, as it is: both engines read the same bytes); the formats llama.cpp's own quantizer also
+    # writes
     gguf: tuple[str, ...] = ()
     gguf_kept: frozenset[str] = frozenset()
     llama_quantize: tuple[str, ...] = ()
@@ -73,17 +79,19 @@ class Precision:
 
 
 # bf16 and bf16-dot hold the same bf16 weights and compute differently (perf-notes #22):
-# - "bf16" (format BF16): the activations stay float32, one float32 FMA chain over k per output. The bf16
-#   weights exactly, nothing else rounded: what a bf16 model's own precision means (README: activations are
-#   float32), and the closer to fp32 (SmolLM2-135M, 512 tokens: mean KL 0.00016 from fp32).
-# - "bf16-dot" (format BF16P): the matmuls round the activations to bf16 and multiply pairs of k with
-#   VDPBF16PS (AVX512_BF16: twice the multiply-adds of an fp32 FMA per instruction; other CPUs compute the same
-#   bits with two FMAs per pair), as transformers' bfloat16 also rounds them. Mean KL 0.00039, the same top-1
-#   agreement (99.0%); faster where the matmuls are compute bound (prefill, verify steps, batches on AVX-512
-#   BF16), and on AVX2 for 1-8 rows.
-# int4 runs against Q4_0 (symmetric, 4.5 bits: the usual llama.cpp peer) and Q4_1 (a scale and a min per
-# block of 32, 5 bits: the same kind of format as kwker's Q4), and against the Q4_0 that llama.cpp's
-# quantizer writes (it keeps a tied embedding whose rows are not a multiple of 256 at Q8_0, as int4 does).
+# - "bf16" (format BF16): the activations stay float32, one float32 FMA chain over k per output.
+#   The bf16 weights exactly, nothing else rounded: what a bf16 model's own precision means
+#   (README: activations are float32), and the closer to fp32 (SmolLM2-135M, 512 tokens: mean KL
+#   0.00016 from fp32).
+# - "bf16-dot" (format BF16P): the matmuls round the activations to bf16 and multiply pairs of k
+#   with VDPBF16PS (AVX512_BF16: twice the multiply-adds of an fp32 FMA per instruction; other CPUs
+#   compute the same bits with two FMAs per pair), as transformers' bfloat16 also rounds them.
+#   Mean KL 0.00039, the same top-1 agreement (99.0%); faster where the matmuls are compute bound
+#   (prefill, verify steps, batches on AVX-512 BF16), and on AVX2 for 1-8 rows.
+# int4 runs against Q4_0 (symmetric, 4.5 bits: the usual llama.cpp peer) and Q4_1 (a scale and a
+# min per block of 32, 5 bits: the same kind of format as kwker's Q4), and against the Q4_0 that
+# llama.cpp's quantizer writes (it keeps a tied embedding whose rows are not a multiple of 256 at
+# Q8_0, as int4 does).
 # fmt: off
 PRECISIONS = {p.name: p for p in (
     Precision("fp32", weights="float32", label="float32", matrices="F32", embeddings="F32",
@@ -107,22 +115,23 @@ for _p in PRECISIONS.values():
     if _p.weights != _p.name:
         ALIASES.setdefault(_p.weights, _p.name)
 
-# What a model is converted to at load to save memory: the app offers these beside the model's own, and the
-# quality table scores them against fp32. fp16 is not among them: it has bf16's bytes with a narrower range
-# (it overflows past 65504), so it runs as a model's own dtype or when asked for by name.
+# What a model is converted to at load to save memory: the app offers these beside the model's own,
+# and the quality table scores them against fp32. fp16 is not among them: it has bf16's bytes with a
+# narrower range (it overflows past 65504), so it runs as a model's own dtype or when asked for by
+# name.
 CONVERSIONS = ("bf16", "balanced", "int4")
-# Precisions that store a conversion's weights and compute otherwise: the quality table scores them too, the
-# app's memory fit does not list them apart (their bytes are a conversion's).
+# Precisions that store a conversion's weights and compute otherwise: the quality table scores them
+# too, the app's memory fit does not list them apart (their bytes are a conversion's).
 COMPUTATIONS = ("bf16-dot",)
 
-# A draft model only proposes; its precision changes how often the target agrees, never the output. int4
-# makes its steps the cheapest, which is what decides whether it pays (perf-notes #1).
+# A draft model only proposes; its precision changes how often the target agrees, never the output.
+# int4 makes its steps the cheapest, which is what decides whether it pays (perf-notes #1).
 DRAFT = "int4"
 
 
 def canonical(name: str | None) -> str | None:
-    """The precision a name or alias stands for; None for None and AUTO (the model's own). Other names are
-    returned as they are (see `checked`)."""
+    """The precision a name or alias stands for; None for None and AUTO (the model's own). Other
+    names are returned as they are (see `checked`)."""
     if name == AUTO:
         return None
     return ALIASES.get(name, name)
@@ -140,7 +149,8 @@ def checked(name: str | None) -> str | None:
 
 
 def own_precision(dtype) -> str | None:
-    """The precision of weights of this torch dtype (the dtype or its name); None when kwker has none."""
+    """The precision of weights of this torch dtype (the dtype or its name); None when kwker has
+    none."""
     floats: dict[str, str] = {}
     for p in PRECISIONS.values():
         if not FORMATS[p.matrices].quantized:
@@ -161,7 +171,7 @@ def quantized(name: str | None) -> bool:
 
 
 def weight_bytes(name: str | None) -> float:
-    """Bytes per weight of the layers' matrices; 4 (float32, the most a model's own can take) for the
-    model's own precision."""
+    """Bytes per weight of the layers' matrices; 4 (float32, the most a model's own can take) for
+    the model's own precision."""
     precision = canonical(name)
     return FORMATS[PRECISIONS[precision].matrices if precision else "F32"].bytes_per_weight

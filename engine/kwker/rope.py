@@ -30,8 +30,9 @@ def rope_table(
     partial_rotary_factor: float = 1.0,
     max_position_embeddings: int | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """cos, sin float32 [max_cache_len, rope_dim / 2] for positions 0 .. max_cache_len - 1: the first
-    half of transformers' rotate_half tables (the second half repeats it), attention factor included.
+    """cos, sin float32 [max_cache_len, rope_dim / 2] for positions 0 .. max_cache_len - 1: the
+    first half of transformers' rotate_half tables (the second half repeats it), attention factor
+    included.
 
     params: a transformers-5 `rope_parameters` dict (one layer type's, for Gemma 3). The rotated
     dims are int(head_dim * partial_rotary_factor): the caller passes the factor, because whether

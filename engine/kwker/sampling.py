@@ -1,16 +1,17 @@
-"""Choosing the next token: transformers' logits processors and warpers, in the order it applies them, and a sampler
-that draws ONE uniform number per output position.
+"""Choosing the next token: transformers' logits processors and warpers, in the order it applies
+them, and a sampler that draws ONE uniform number per output position.
 
-Why one number per position: the token at position i is then a pure function of (the model's distribution at i,
-u_i). Speculative decoding computes the same distribution at i whether or not a proposal was made (the kernels
-are batch-invariant), so a proposed token is kept iff it equals that sample, and the text for a seed does not
-depend on lookup or drafts.
+Why one number per position: the token at position i is then a pure function of (the model's
+distribution at i, u_i). Speculative decoding computes the same distribution at i whether or not a
+proposal was made (the kernels are batch-invariant), so a proposed token is kept iff it equals that
+sample, and the text for a seed does not depend on lookup or drafts.
 
-The rules are transformers' (RepetitionPenalty, MinNewTokensLength, Temperature, TopK, TopP, MinP; the tests
-compare them), computed on the tokens that can survive rather than on the whole vocabulary: per token, a full
-pass of torch ops over a 49k-256k vocabulary (softmax, sort, scatter, twice) cost more than a small model's whole
-step (SmolLM2-135M int4, the chat app's temperature 0.7 + top-p 0.9: 0.6 ms of a 3.8 ms token; now 0.1 ms). The
-vocabulary-wide part is one native pass (softmax_stats); the rest is numpy on the few hundred candidates.
+The rules are transformers' (RepetitionPenalty, MinNewTokensLength, Temperature, TopK, TopP, MinP;
+the tests compare them), computed on the tokens that can survive rather than on the whole
+vocabulary: per token, a full pass of torch ops over a 49k-256k vocabulary (softmax, sort, scatter,
+twice) cost more than a small model's whole step (SmolLM2-135M int4, the chat app's temperature
+0.7 + top-p 0.9: 0.6 ms of a 3.8 ms token; now 0.1 ms). The vocabulary-wide part is one native
+pass (softmax_stats); the rest is numpy on the few hundred candidates.
 
 torch is optional here: a torch.Generator or tensor logits work when the caller has torch, and the
 module never imports it (the GGUF / safetensors path runs without torch). SeededGenerator gives
@@ -36,7 +37,8 @@ if TYPE_CHECKING:
 
 
 def is_tensor(x) -> bool:
-    """Whether x is a torch tensor, asked without importing torch: a tensor means torch is loaded."""
+    """Whether x is a torch tensor, asked without importing torch: a tensor means torch is
+    loaded."""
     torch = sys.modules.get("torch")
     return torch is not None and isinstance(x, torch.Tensor)
 
@@ -190,18 +192,20 @@ def _check_number(name: str, value, rule: str, ok) -> None:
         raise ValueError(f"{name} must be {rule}, got {value!r}")
 
 
-# Top-p's candidates, widest last: the tokens within CLOSE nats of the most likely one (one cheap pass), else the
-# TOP most likely, else the whole vocabulary (a full sort), whichever first holds top_p of the probability mass.
-# Top-k looks for its k best among the CLOSE ones, else among the WIDE ones, else in the whole vocabulary. The
-# max, the softmax total and the tokens within a distance come from one native pass over the scores (32 us for
-# 49k tokens; numpy's passes took 165).
+# Top-p's candidates, widest last: the tokens within CLOSE nats of the most likely one (one cheap
+# pass), else the TOP most likely, else the whole vocabulary (a full sort), whichever first holds
+# top_p of the probability mass. Top-k looks for its k best among the CLOSE ones, else among the
+# WIDE ones, else in the whole vocabulary. The max, the softmax total and the tokens within a
+# distance come from one native pass over the scores (32 us for 49k tokens; numpy's passes took
+# 165).
 CLOSE = 9.0
 WIDE = 16.0
 TOP = 1024
 
 
 class Sampler:
-    """Turns a row of logits into a token. `needs_logits` is False when the native argmax is the answer."""
+    """Turns a row of logits into a token. `needs_logits` is False when the native argmax is the
+    answer."""
 
     def __init__(
         self,
@@ -239,13 +243,15 @@ class Sampler:
         )
 
     def draw(self) -> float:
-        """The uniform number for the next output position (one per position, whatever is speculated)."""
+        """The uniform number for the next output position (one per position, whatever is
+        speculated)."""
         if self._draw is None:
             raise TypeError(_not_a_generator(self.generator))
         return self._draw()
 
     def choose(self, logits, context, u: float | None) -> int:
-        """logits: (vocab,) float32 (tensor or array); context: the prompt and the tokens before this position."""
+        """logits: (vocab,) float32 (tensor or array); context: the prompt and the tokens before
+        this position."""
         scores = self.processed(logits, context)
         if not self.params.do_sample:
             return int(np.argmax(scores))
@@ -286,8 +292,8 @@ class Sampler:
         return x / np.float32(self.temperature) if self.temperature is not None else x
 
     def survivors(self, scores: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
-        """(scores over temperature of the tokens top-k, top-p and min-p keep, their ids ascending; None: all of
-        them). Scores are divided by the temperature only where they are read."""
+        """(scores over temperature of the tokens top-k, top-p and min-p keep, their ids ascending;
+        None: all of them). Scores are divided by the temperature only where they are read."""
         keep = stats = None
         if (
             self.top_k or self.top_p is not None
@@ -314,7 +320,8 @@ class Sampler:
         return self._over_t(scores if keep is None else scores[keep]), keep
 
     def _top_p(self, scores: np.ndarray, keep: np.ndarray | None, stats) -> np.ndarray:
-        """The tokens whose probability mass ranked above them (among the tokens kept so far) is below top_p."""
+        """The tokens whose probability mass ranked above them (among the tokens kept so far) is
+        below top_p."""
         if keep is None:
             ids = None
             m, total, close = stats
@@ -343,13 +350,15 @@ class Sampler:
         raise AssertionError("unreachable: the last candidates are the whole vocabulary")
 
     def sample(self, sv: np.ndarray, keep: np.ndarray | None, u: float) -> int:
-        """The token whose interval of the cumulative distribution (in token id order) holds u times its total:
-        sv are the survivors' scores over temperature, keep their ids (None: every token)."""
+        """The token whose interval of the cumulative distribution (in token id order) holds u times
+        its total: sv are the survivors' scores over temperature, keep their ids (None: every
+        token)."""
         # float32, as a softmax of the scores would be before its division
         weights = np.exp(sv - sv.max())
-        # Both cumsums are serial float64 sums, the same bits (tests/engine/test_torch_free_core.py).
-        # torch's runs 3x faster on a whole vocabulary (49k tokens: 68 us vs numpy's 213; 152k:
-        # 190 vs 653), so it is used where torch is loaded anyway; never imported for it.
+        # Both cumsums are serial float64 sums, the same bits
+        # (tests/engine/test_torch_free_core.py). torch's runs 3x faster on a whole vocabulary (49k
+        # tokens: 68 us vs numpy's 213; 152k: 190 vs 653), so it is used where torch is loaded
+        # anyway; never imported for it.
         torch = sys.modules.get("torch")
         w64 = weights.astype(np.float64)
         cdf = torch.from_numpy(w64).cumsum(0).numpy() if torch is not None else np.cumsum(w64)

@@ -1,7 +1,7 @@
-"""One sequence being generated: what it feeds the next native step (prefill chunk, or its last token plus
-proposals) and what it makes of that step's rows (verify, accept, emit, finish). The scheduler
-drives every sequence through this one mechanism: the single stream, the batch and the serving
-engine."""
+"""One sequence being generated: what it feeds the next native step (prefill chunk, or its last
+token plus proposals) and what it makes of that step's rows (verify, accept, emit, finish). The
+scheduler drives every sequence through this one mechanism: the single stream, the batch and the
+serving engine."""
 
 from __future__ import annotations
 
@@ -130,7 +130,8 @@ class SequenceState:
         return self._branch is not None
 
     def branch_feed(self, slot: int) -> Feed | None:
-        """The feed of this step's branch in `slot` (a free slot the scheduler lends), if planned."""
+        """The feed of this step's branch in `slot` (a free slot the scheduler lends), if
+        planned."""
         if self._branch is None:
             return None
         i, tokens = self._branch

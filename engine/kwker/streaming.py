@@ -1,5 +1,5 @@
-"""Streaming output: the dataclasses `stream_generate` yields, and a detokenizer that never emits half a
-UTF-8 character."""
+"""Streaming output: the dataclasses `stream_generate` yields, and a detokenizer that never emits
+half a UTF-8 character."""
 
 from __future__ import annotations
 
@@ -99,9 +99,10 @@ class GenerationChunk:
 
 
 class StreamingDetokenizer:
-    """Decodes a growing token list into text pieces. Holds back text that ends in an incomplete character
-    (decoded as U+FFFD) until the next token completes it; starts a fresh window after each newline so that
-    decoding stays cheap on long answers (as transformers' TextStreamer does)."""
+    """Decodes a growing token list into text pieces. Holds back text that ends in an incomplete
+    character (decoded as U+FFFD) until the next token completes it; starts a fresh window after
+    each newline so that decoding stays cheap on long answers (as transformers' TextStreamer
+    does)."""
 
     def __init__(self, tokenizer, skip_special_tokens: bool = True):
         self.tokenizer = tokenizer

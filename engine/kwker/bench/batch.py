@@ -1,4 +1,5 @@
-"""`kwker bench --batch`: aggregate throughput of the serving engine with B requests served together."""
+"""`kwker bench --batch`: aggregate throughput of the serving engine with B requests served
+together."""
 
 from __future__ import annotations
 
@@ -21,8 +22,8 @@ def run_batch(
     prompt_len=64,
     out=print,
 ) -> dict:
-    """Aggregate generation throughput with B requests served together (continuous batching, lookup off),
-    and their time to first token when they all arrive at once."""
+    """Aggregate generation throughput with B requests served together (continuous batching, lookup
+    off), and their time to first token when they all arrive at once."""
     from kwker.hf.decoder import KwkDecoder
     from kwker.loading.build import default_threads
     from kwker.models.loader import DEFAULT_MODEL, load_model
@@ -54,8 +55,8 @@ def run_batch(
 
 
 def serve_together(dec, b: int, vocab: int, prompt_len: int, tg: int) -> dict:
-    """b requests of tg tokens submitted at once to a serving engine on `dec`, each read by its own thread
-    as b clients would: a first token is timed when it arrives."""
+    """b requests of tg tokens submitted at once to a serving engine on `dec`, each read by its own
+    thread as b clients would: a first token is timed when it arrives."""
     from kwker.serve import ServingEngine
 
     with ServingEngine(dec) as engine:

@@ -1,5 +1,5 @@
-"""What `kwker bench` measures and how: repeated timings, the machine's roofline probes, and kwker's RSS in a
-fresh process."""
+"""What `kwker bench` measures and how: repeated timings, the machine's roofline probes, and kwker's
+RSS in a fresh process."""
 
 from __future__ import annotations
 
@@ -41,8 +41,8 @@ class Result:
 
 @dataclass
 class Timings:
-    """Every engine's results, with the probes taken beside them: read bandwidth (GB/s) beside each repeat's
-    generation runs, the compute peak (G multiply-adds/s) beside its prefill runs."""
+    """Every engine's results, with the probes taken beside them: read bandwidth (GB/s) beside each
+    repeat's generation runs, the compute peak (G multiply-adds/s) beside its prefill runs."""
 
     results: dict  # (engine name, test) -> Result
     probes: list[float]
@@ -65,8 +65,8 @@ def machine_limits(threads: int) -> dict:
 
 
 def compute_peak(quantized: bool):
-    """The probe of the peak multiply-adds/s that prefill's kernels can reach: int8 dot products for the
-    quantized formats, float32 FMAs (two flops each) otherwise."""
+    """The probe of the peak multiply-adds/s that prefill's kernels can reach: int8 dot products for
+    the quantized formats, float32 FMAs (two flops each) otherwise."""
     if quantized:
         return _native.measure_int8_peak
     return lambda threads: _native.measure_fma_peak(threads) / 2
@@ -75,8 +75,8 @@ def compute_peak(quantized: bool):
 def time_engines(
     engines, pp_tokens, pp_name, tg_prompt, tg, tg_name, repeats, threads, quantized
 ) -> Timings:
-    """Prefill and generation of every engine, `repeats` times, alternating engines within each repeat so
-    that the machine's drifts hit all of them alike."""
+    """Prefill and generation of every engine, `repeats` times, alternating engines within each
+    repeat so that the machine's drifts hit all of them alike."""
     results = {
         (e.name, t): Result(e.name, t, bytes_per_token=e.bytes_per_token)
         for e in engines
@@ -112,8 +112,9 @@ def prefill_macs_per_token(config) -> int:
 def steady_rss(
     model_spec=None, precision=None, threads=None, max_cache_len=STEADY_RSS_CACHE
 ) -> dict:
-    """RSS in MB of a fresh process that does what the chat app does: import, load the model, pack it, let
-    the float model go, generate 32 tokens. `steady` is after that, `peak` the high-water mark (loading)."""
+    """RSS in MB of a fresh process that does what the chat app does: import, load the model, pack
+    it, let the float model go, generate 32 tokens. `steady` is after that, `peak` the high-water
+    mark (loading)."""
     code = (
         "import json, sys; from kwker.bench.measure import steady_rss_child; "
         "print(json.dumps(steady_rss_child(*json.loads(sys.argv[1]))))"
@@ -140,8 +141,8 @@ def steady_rss_child(model_spec, precision, threads, max_cache_len) -> dict:
 
 
 def peak_rss_mb() -> float:
-    """This process image's RSS high-water mark (VmHWM; unlike ru_maxrss, not inherited from a forking
-    parent)."""
+    """This process image's RSS high-water mark (VmHWM; unlike ru_maxrss, not inherited from a
+    forking parent)."""
     with open("/proc/self/status") as f:
         return next(int(line.split()[1]) for line in f if line.startswith("VmHWM:")) / 1024
 

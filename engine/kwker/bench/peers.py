@@ -1,6 +1,7 @@
-"""The engines `kwker bench` times side by side, all with one interface (name, bytes_per_token, pp, tg):
-kwker itself, transformers on the same float weights, and llama.cpp (llama-cpp-python, the optional `bench`
-extra) on GGUF files of the same weights, written here in the format matching kwker's precision."""
+"""The engines `kwker bench` times side by side, all with one interface (name, bytes_per_token, pp,
+tg): kwker itself, transformers on the same float weights, and llama.cpp (llama-cpp-python, the
+optional `bench` extra) on GGUF files of the same weights, written here in the format matching
+kwker's precision."""
 
 from __future__ import annotations
 
@@ -118,8 +119,9 @@ class LlamaCppEngine:
 
 
 class LlamaCppLookup:
-    """llama.cpp's own prompt-lookup decoding (llama-cpp-python's LlamaPromptLookupDecoding) beside its plain
-    decoding, greedy, on the GGUF of the same weights in the format matching kwker's precision."""
+    """llama.cpp's own prompt-lookup decoding (llama-cpp-python's LlamaPromptLookupDecoding) beside
+    its plain decoding, greedy, on the GGUF of the same weights in the format matching kwker's
+    precision."""
 
     def __init__(self, gguf_path, fmt, threads, n_ctx=1024):
         from llama_cpp import Llama
@@ -138,8 +140,9 @@ class LlamaCppLookup:
         self.lookup = Llama(**args, draft_model=LlamaPromptLookupDecoding(num_pred_tokens=10))
 
     def lookup_speedup(self, prompt: list[int], n: int, repeats: int) -> tuple[float, bool]:
-        """(speedup of its lookup over its plain decoding, whether both gave the same text: llama.cpp's verify
-        batch is not guaranteed to reproduce its one-token steps, unlike kwker's)."""
+        """(speedup of its lookup over its plain decoding, whether both gave the same text:
+        llama.cpp's verify batch is not guaranteed to reproduce its one-token steps, unlike
+        kwker's)."""
         times = {"plain": [], "lookup": []}
         outputs = {}
         for _ in range(repeats):
@@ -176,8 +179,9 @@ def peer_engines(peers, model_spec, precision, threads, n_ctx, out, source_only=
 
 
 def llama_cpp_engines(model_spec, precision, threads, n_ctx, out, source_only=False) -> list:
-    """llama.cpp on the GGUFs of these weights that match `precision`: those written in its peer formats,
-    the source file when the precision keeps its matrices exactly, and llama.cpp's own quantizer's."""
+    """llama.cpp on the GGUFs of these weights that match `precision`: those written in its peer
+    formats, the source file when the precision keeps its matrices exactly, and llama.cpp's own
+    quantizer's."""
     from kwker.models.loader import source_gguf
 
     src = source_gguf(model_spec)
@@ -210,7 +214,8 @@ def llama_cpp_engines(model_spec, precision, threads, n_ctx, out, source_only=Fa
 
 
 def llama_lookup_peer(model_spec, precision, threads, out) -> LlamaCppLookup | None:
-    """llama.cpp's prompt lookup on the first peer format of `precision`, or None (said why on `out`)."""
+    """llama.cpp's prompt lookup on the first peer format of `precision`, or None (said why on
+    `out`)."""
     from kwker.models.loader import source_gguf
 
     src = source_gguf(model_spec)
@@ -238,8 +243,8 @@ def gguf_matrix_types(path) -> set[str]:
 
 
 def gguf_matrix_bytes(path) -> int:
-    """Bytes of matrices one generated token reads: every matrix but the embedding, whose one row is looked up,
-    unless it is tied to the output."""
+    """Bytes of matrices one generated token reads: every matrix but the embedding, whose one row is
+    looked up, unless it is tied to the output."""
     import gguf
 
     tensors = gguf.GGUFReader(path).tensors

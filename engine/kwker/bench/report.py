@@ -1,4 +1,5 @@
-"""How `kwker bench` shows its results: the lines and markdown tables it prints, and its JSON report."""
+"""How `kwker bench` shows its results: the lines and markdown tables it prints, and its JSON
+report."""
 
 from __future__ import annotations
 
@@ -45,8 +46,8 @@ RESULTS_HEADER = [
 
 
 def result_row(r: Result, macs: int, bandwidth: float, peak: float, kind: str) -> tuple[str, dict]:
-    """(table line, JSON row) of one result. Generation is held to the read bandwidth (it streams every
-    weight once per token), prefill to the compute peak of `kind` (int8 or fp32) kernels."""
+    """(table line, JSON row) of one result. Generation is held to the read bandwidth (it streams
+    every weight once per token), prefill to the compute peak of `kind` (int8 or fp32) kernels."""
     speed = {"mean": r.mean, "sd": r.sd, "median": r.median, "values": r.values}
     if r.test.startswith("tg"):
         gbs = r.median * r.bytes_per_token / 1e9
@@ -107,8 +108,8 @@ def batch_scaling_lines(rows: list[dict]) -> list[str]:
 
 
 # "in-answer": GenerationStats.speedup, each run's steps against its own plain steps (median of the
-# runs); on a shared machine it is steadier than the ratio of two runs' tokens/s, which were taken at
-# different moments
+# runs); on a shared machine it is steadier than the ratio of two runs' tokens/s, which were taken
+# at different moments
 SPECULATIVE_HEADER = [
     "| task | mode | tokens/s median | speedup | in-answer speedup | tokens per step | accepted "
     "| draft token cost |",

@@ -1,5 +1,6 @@
-"""`kwker bench --lookup` / `--draft`: greedy tokens/s per task of plain decoding, prompt lookup and a draft
-model, checked to give the same tokens; transformers' and llama.cpp's own prompt lookup as peers."""
+"""`kwker bench --lookup` / `--draft`: greedy tokens/s per task of plain decoding, prompt lookup and
+a draft model, checked to give the same tokens; transformers' and llama.cpp's own prompt lookup as
+peers."""
 
 from __future__ import annotations
 
@@ -51,8 +52,9 @@ def run_speculative(
     out=print,
     draft_precision=None,
 ) -> dict:
-    """Greedy tokens/s per task: plain decoding, prompt lookup (and the draft model, with draft_spec), checked
-    to give the same tokens; plus transformers' own prompt_lookup_num_tokens on the same task as a peer."""
+    """Greedy tokens/s per task: plain decoding, prompt lookup (and the draft model, with
+    draft_spec), checked to give the same tokens; plus transformers' own prompt_lookup_num_tokens on
+    the same task as a peer."""
     from kwker.hf.decoder import KwkDecoder
     from kwker.loading.build import default_threads
     from kwker.models.loader import DEFAULT_MODEL, load_model
@@ -121,8 +123,8 @@ def run_speculative(
 
 
 def time_modes(dec, ids, modes: dict, max_new_tokens: int, repeats: int, task: str, out) -> dict:
-    """Median tokens/s of each mode on one prompt (modes alternate, so that machine drifts hit all alike),
-    after checking that every mode gave plain decoding's tokens."""
+    """Median tokens/s of each mode on one prompt (modes alternate, so that machine drifts hit all
+    alike), after checking that every mode gave plain decoding's tokens."""
     rates, outputs, stats = {m: [] for m in modes}, {}, {}
     inside: dict[str, list[float]] = {m: [] for m in modes}  # each run's in-answer speedup
     # the draft's seconds per proposed token, each run's over that run's plain steps
@@ -162,8 +164,8 @@ def time_modes(dec, ids, modes: dict, max_new_tokens: int, repeats: int, task: s
 
 
 def transformers_lookup_speedup(model, tokenizer, ids, max_new_tokens: int) -> float:
-    """How much faster transformers' generate is with its own prompt lookup than without, on the same
-    weights (one run each)."""
+    """How much faster transformers' generate is with its own prompt lookup than without, on the
+    same weights (one run each)."""
     seconds = []
     for n in (0, PEER_LOOKUP):
         kw = dict(prompt_lookup_num_tokens=n) if n else {}

@@ -3,10 +3,12 @@
 A family module works on a config (a transformers config or kwker.loading.config.ModelConfig):
   unsupported(config, max_cache_len) -> str | None   why this model (variant) cannot run, or None
   native_config(config, tied, embed_dtype) -> dict   the native step's configuration
-  rope_tables(config, max_cache_len) -> (cos, sin)   numpy float32 [n_tables, max_cache_len, rope_dim / 2]
-                                                     (native_config's layer_rope picks a table per layer)
-  weights(config, tied) -> iterable of WeightSpec    each native weight and the Hugging Face tensor it
-                                                     comes from (kwker.loading.build reads them)
+  rope_tables(config, max_cache_len) -> (cos, sin)   numpy float32 [n_tables, max_cache_len,
+                                                     rope_dim / 2] (native_config's layer_rope
+                                                     picks a table per layer)
+  weights(config, tied) -> iterable of WeightSpec    each native weight and the Hugging Face
+                                                     tensor it comes from (kwker.loading.build
+                                                     reads them)
   norm_values(w) -> w                                a norm's float32 weights as the step uses them
 """
 

@@ -1,10 +1,11 @@
 """Gemma3ForCausalLM (model_type gemma3_text: Gemma 3 270M/1B and the text part of the larger ones).
 
-What differs from Llama, all of it configuration of the one native step: RMSNorm weights are used as (1 + w)
-(folded in at load); norms before and after both attention and MLP; q/k head norms; embeddings scaled by
-sqrt(hidden_size) in the weights' dtype; gelu_pytorch_tanh gate; attention scale query_pre_attn_scalar^-0.5;
-"sliding_attention" layers attend to the last sliding_window positions and use their own rope table (base 10k),
-"full_attention" layers attend to everything with the global one (base 1M, optionally scaled).
+What differs from Llama, all of it configuration of the one native step: RMSNorm weights are used as
+(1 + w) (folded in at load); norms before and after both attention and MLP; q/k head norms;
+embeddings scaled by sqrt(hidden_size) in the weights' dtype; gelu_pytorch_tanh gate; attention
+scale query_pre_attn_scalar^-0.5; "sliding_attention" layers attend to the last sliding_window
+positions and use their own rope table (base 10k), "full_attention" layers attend to everything with
+the global one (base 1M, optionally scaled).
 """
 
 from __future__ import annotations

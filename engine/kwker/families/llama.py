@@ -1,5 +1,5 @@
-"""LlamaForCausalLM: SmolLM/SmolLM2, TinyLlama, Llama 2/3.x (GQA, tied or untied embeddings, optional
-attention/MLP bias, the static rope scaling types transformers uses for them)."""
+"""LlamaForCausalLM: SmolLM/SmolLM2, TinyLlama, Llama 2/3.x (GQA, tied or untied embeddings,
+optional attention/MLP bias, the static rope scaling types transformers uses for them)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import numpy as np
 
 from kwker import rope
 
-# Rope types whose tables do not change with the sequence length, so they can be computed once at load.
-# (freq_factors: the per-frequency divisors a GGUF stores, see kwker.loading.config)
+# Rope types whose tables do not change with the sequence length, so they can be computed once at
+# load. (freq_factors: the per-frequency divisors a GGUF stores, see kwker.loading.config)
 STATIC_ROPE_TYPES = {"default", "linear", "llama3", "yarn", "freq_factors"}
 MAX_HEAD_DIM = 512
 
@@ -20,9 +20,9 @@ def head_dim(config) -> int:
 
 
 def layer_windows(config) -> list[int]:
-    """Per layer, how many trailing positions it attends to (0: all). Configs with `layer_types` (Qwen2/3,
-    Gemma 3) window their "sliding_attention" layers; others (Mistral, Phi-3) window every layer when they set
-    `sliding_window`."""
+    """Per layer, how many trailing positions it attends to (0: all). Configs with `layer_types`
+    (Qwen2/3, Gemma 3) window their "sliding_attention" layers; others (Mistral, Phi-3) window every
+    layer when they set `sliding_window`."""
     window = getattr(config, "sliding_window", None) or 0
     types = getattr(config, "layer_types", None)
     if types is not None:

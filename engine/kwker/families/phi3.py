@@ -1,6 +1,7 @@
-"""Phi3ForCausalLM (Phi-3 / Phi-3.5 mini, Phi-4-mini): the Llama layout with fused matrices, split at load (qkv_proj
-into q, k, v; gate_up_proj into gate, up), optional partial rotary dims (the rope table's width says how many),
-longrope scaling while the cache fits the original context, and a sliding window on every layer when set."""
+"""Phi3ForCausalLM (Phi-3 / Phi-3.5 mini, Phi-4-mini): the Llama layout with fused matrices, split
+at load (qkv_proj into q, k, v; gate_up_proj into gate, up), optional partial rotary dims (the rope
+table's width says how many), longrope scaling while the cache fits the original context, and a
+sliding window on every layer when set."""
 
 from __future__ import annotations
 

@@ -1,12 +1,18 @@
-"""Qwen2ForCausalLM (Qwen2 / Qwen2.5, Coder included): the Llama layout with q/k/v biases (the native step takes
-any matrix's bias); with use_sliding_window, the layers config.layer_types marks "sliding_attention" are windowed."""
+"""Qwen2ForCausalLM (Qwen2 / Qwen2.5, Coder included): the Llama layout with q/k/v biases (the
+native step takes any matrix's bias); with use_sliding_window, the layers config.layer_types marks
+"sliding_attention" are windowed."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 
 from kwker.families import llama
-from kwker.families.llama import native_config, norm_values, rope_tables, unsupported  # noqa: F401  (the interface)
+from kwker.families.llama import (  # noqa: F401  (the interface)
+    native_config,
+    norm_values,
+    rope_tables,
+    unsupported,
+)
 
 
 def layer_matrices(c, i: int):

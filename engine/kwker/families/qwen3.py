@@ -1,10 +1,14 @@
-"""Qwen3ForCausalLM: the Llama layout plus an RMSNorm of every query and key head before RoPE (q_norm, k_norm),
-and an explicit head_dim (128 on the small models, not hidden / heads)."""
+"""Qwen3ForCausalLM: the Llama layout plus an RMSNorm of every query and key head before RoPE
+(q_norm, k_norm), and an explicit head_dim (128 on the small models, not hidden / heads)."""
 
 from __future__ import annotations
 
 from kwker.families import llama
-from kwker.families.llama import norm_values, rope_tables, unsupported  # noqa: F401  (the interface)
+from kwker.families.llama import (  # noqa: F401  (the interface)
+    norm_values,
+    rope_tables,
+    unsupported,
+)
 
 
 def native_config(c, tied: bool, embed_dtype: str) -> dict:

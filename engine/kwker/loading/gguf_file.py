@@ -7,11 +7,11 @@ GGUF (v2/v3, little-endian) is a header followed by aligned tensor data:
     tensor_count x (name: string, n_dims u32, ne u64 x n_dims, ggml_type u32, offset u64)
     padding to `general.alignment` (32 unless stated), then the tensor data
 
-where a string is a u64 byte length and UTF-8 bytes. This module reads the header only, with the standard
-library and numpy (no torch, no `gguf` package: its reader builds a Python object per array element, which takes
-seconds on a 151k-token vocabulary). The tensor data is left for whoever maps it; every tensor's byte range is
-checked against the file and the other tensors here, so a truncated or corrupt file fails at open, naming the
-file and the tensor, instead of as garbage weights later.
+where a string is a u64 byte length and UTF-8 bytes. This module reads the header only, with the
+standard library and numpy (no torch, no `gguf` package: its reader builds a Python object per array
+element, which takes seconds on a 151k-token vocabulary). The tensor data is left for whoever maps
+it; every tensor's byte range is checked against the file and the other tensors here, so a truncated
+or corrupt file fails at open, naming the file and the tensor, instead of as garbage weights later.
 """
 
 from __future__ import annotations
@@ -37,7 +37,8 @@ MAX_ARRAY_NESTING = 8
 
 
 class GgufError(BadModelFile):
-    """A file that is not a GGUF this reader can take, or a corrupt one; the message names the file."""
+    """A file that is not a GGUF this reader can take, or a corrupt one; the message names the
+    file."""
 
 
 @dataclass(frozen=True)
@@ -47,7 +48,8 @@ class GgmlType:
     block_bytes: int  # bytes per block
 
 
-# The storage types Kwker can load, as ggml numbers them (ggml.h `enum ggml_type`). Block sizes from ggml-common.h.
+# The storage types Kwker can load, as ggml numbers them (ggml.h `enum ggml_type`). Block sizes from
+# ggml-common.h.
 GGML_TYPES: dict[int, GgmlType] = {
     0: GgmlType("F32", 1, 4),
     1: GgmlType("F16", 1, 2),
@@ -76,7 +78,8 @@ GGML_TYPES: dict[int, GgmlType] = {
     35: GgmlType("TQ2_0", 256, 66),
 }
 
-# Every ggml type id there is or was, so an error can say what a file holds rather than just a number.
+# Every ggml type id there is or was, so an error can say what a file holds rather than just a
+# number.
 GGML_TYPE_NAMES: dict[int, str] = {
     **{type_id: t.name for type_id, t in GGML_TYPES.items()},
     4: "Q4_2 (removed from ggml)",
@@ -131,8 +134,8 @@ class GgufFile:
             return f.read(info.nbytes)
 
 
-# Value type ids of GGUF metadata (gguf.md, `gguf_metadata_value_type`): the fixed-size ones, as struct formats
-# for single values and numpy dtypes for arrays.
+# Value type ids of GGUF metadata (gguf.md, `gguf_metadata_value_type`): the fixed-size ones, as
+# struct formats for single values and numpy dtypes for arrays.
 STRING, ARRAY = 8, 9
 SCALAR_FORMATS = {
     0: "<B",
@@ -205,7 +208,8 @@ class _Header:
         if element_type in _ARRAY_DTYPES:
             dtype = _ARRAY_DTYPES[element_type]
             self.need(count * dtype.itemsize, what)
-            # tolist() right away: the numpy view must not outlive the map, and callers want plain values
+            # tolist() right away: the numpy view must not outlive the map, and callers want plain
+            # values
             values = np.frombuffer(self.buf, dtype, count, self.pos).tolist()
             self.pos += count * dtype.itemsize
             return [bool(v) for v in values] if element_type == 7 else values
@@ -224,9 +228,9 @@ class _Header:
         raise self.error(f"{what} is an array of unknown value type {element_type}")
 
     def string_array(self, count: int, what: str) -> list[str]:
-        """A vocabulary or merge table: the hot path, 150k+ strings on Qwen. Once the position of every
-        8-byte length is known, numpy swaps each length for a NUL and one decode and one split in C make the
-        strings."""
+        """A vocabulary or merge table: the hot path, 150k+ strings on Qwen. Once the position of
+        every 8-byte length is known, numpy swaps each length for a NUL and one decode and one split
+        in C make the strings."""
         self.need(count * 8, what)  # every element has its length at least
         begin = self.pos
         starts = self.find_lengths(count)
@@ -249,14 +253,15 @@ class _Header:
         return self.decode_each(begin + starts, what)
 
     def find_lengths(self, count: int) -> np.ndarray | None:
-        """Where the count string lengths are (relative to the cursor), found with numpy; None when the strings
-        are not the kind this finds. Then the cursor is left alone.
+        """Where the count string lengths are (relative to the cursor), found with numpy; None when
+        the strings are not the kind this finds. Then the cursor is left alone.
 
-        Each string starts where the previous one ends, which a loop can only follow one at a time. But a
-        length below 65536 has six zero bytes on top, followed by the string's first byte, nonzero in text:
-        every such position is a candidate, and the candidates are exactly the strings when each one's length
-        leads to the next. A NUL run inside a string, an empty or very long one breaks that chain (caught by
-        the check), and the caller walks the lengths instead."""
+        Each string starts where the previous one ends, which a loop can only follow one at a time.
+        But a length below 65536 has six zero bytes on top, followed by the string's first byte,
+        nonzero in text: every such position is a candidate, and the candidates are exactly the
+        strings when each one's length leads to the next. A NUL run inside a string, an empty or
+        very long one breaks that chain (caught by the check), and the caller walks the lengths
+        instead."""
         begin = self.pos
         window = count * 32
         while count:
@@ -282,8 +287,8 @@ class _Header:
         return np.zeros(0, np.int64)
 
     def walk_lengths(self, count: int, what: str) -> np.ndarray:
-        """Where the count string lengths are (relative to the cursor), one at a time; the cursor moves past
-        the strings."""
+        """Where the count string lengths are (relative to the cursor), one at a time; the cursor
+        moves past the strings."""
         begin = pos = self.pos
         starts = [0] * count
         unpack = _U64.unpack_from

@@ -2,7 +2,7 @@
 estimate reads no weights and imports neither torch nor the native module (facts_from_files reads
 a file's header and tensor table through kwker.loading):
 
-    facts = facts_from_files(path)              # or facts_from_config(config_json) / ModelFacts(...)
+    facts = facts_from_files(path)              # or facts_from_config(config_json), ModelFacts(...)
     est = facts.estimate("int4", context=4096)  # precision "auto": the model's own
     est.total, est.describe()  # bytes; "needs 391 MB at int4: weights 99 MB, KV cache (fp16) ..."
 

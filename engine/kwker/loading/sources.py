@@ -1,4 +1,5 @@
-"""Where a model's tensors come from: a Hugging Face model object, safetensors files, or a GGUF file.
+"""Where a model's tensors come from: a Hugging Face model object, safetensors files, or a GGUF
+file.
 
 Every source answers in the same terms, so one loader (kwker.loading.build) packs all three:
 `names` is the set of tensors it holds, under their Hugging Face state-dict names
@@ -104,7 +105,8 @@ class SafetensorsSource:
     """A model's safetensors files: one `model.safetensors`, or the shards a
     `model.safetensors.index.json` lists. The header of each file is read here (8 bytes of length,
     then JSON: the format's whole specification) because the safetensors package's numpy reader
-    cannot return bfloat16, the dtype most checkpoints use, and its torch reader would need torch."""
+    cannot return bfloat16, the dtype most checkpoints use, and its torch reader would need
+    torch."""
 
     def __init__(self, folder: Path):
         folder = Path(folder)

@@ -1,5 +1,5 @@
-"""The curated model catalog (resources/catalog.json, shipped in the wheel): what each model is, and which models
-share a tokenizer (the drafts a model can use)."""
+"""The curated model catalog (resources/catalog.json, shipped in the wheel): what each model is, and
+which models share a tokenizer (the drafts a model can use)."""
 
 from __future__ import annotations
 

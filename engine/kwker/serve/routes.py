@@ -11,10 +11,11 @@ or not.
 
 Responses follow OpenAI's shapes; finish_reason is "stop" (end of text or a stop sequence),
 "length", or "tool_calls" (the answer called tools: kwker.tools; tool_calls in the message, and
-streamed as deltas: id and name first, then the arguments' fragments). usage carries Kwker's own figures as usage["kwker"] (GenerationStats.summary(): speed,
-speculation), and a stream's chunks carry them as "kwker" every STATS_EVERY_S. A thinking model's
-chat answer (kwker.thinking) has its thinking apart, as vLLM and llama.cpp's server give it: the
-message's and the deltas' reasoning_content, and usage's completion_tokens_details.
+streamed as deltas: id and name first, then the arguments' fragments). usage carries Kwker's own
+figures as usage["kwker"] (GenerationStats.summary(): speed, speculation), and a stream's chunks
+carry them as "kwker" every STATS_EVERY_S. A thinking model's chat answer (kwker.thinking) has its
+thinking apart, as vLLM and llama.cpp's server give it: the message's and the deltas'
+reasoning_content, and usage's completion_tokens_details.
 """
 
 from __future__ import annotations
