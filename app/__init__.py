@@ -1,4 +1,5 @@
-"""Kwker's desktop chat app (PySide6). Imports point one way: this package uses the engine, never the reverse."""
+"""Kwker's desktop chat app (PySide6). Imports point one way: this package uses the engine, never
+the reverse."""
 
 from __future__ import annotations
 

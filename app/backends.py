@@ -13,13 +13,14 @@ server: `kwker serve`, vLLM, SGLang, llama.cpp's server, Ollama's /v1).
     answer.stats()                                     # its figures so far (a dict)
 
 A piece's stats is a dict only when fresh figures came with it (None otherwise): the local ones
-cost a few medians, and the window draws at most every 33 ms. Figures are GenerationStats.summary()'s
-keys plus elapsed_s; a remote answer's also say who measured them (measured: "server" for a Kwker
-server, which reports the same keys, "client" for any other, see kwker.remote). A thinking model's
-answer (kwker.thinking) adds thinking_tokens and thinking_s: how much of it, and how long, was
-thinking. Messages are {role, content, thinking, tool_calls} dicts: the thinking goes back into a
-prompt only as the model's template wants it (kwker.thinking.for_template), never to a server; an
-answer's tool calls become the turns the template or the server wants (kwker.app.tool_calls).
+cost a few medians, and the window draws at most every 33 ms. Figures are
+GenerationStats.summary()'s keys plus elapsed_s; a remote answer's also say who measured them
+(measured: "server" for a Kwker server, which reports the same keys, "client" for any other, see
+kwker.remote). A thinking model's answer (kwker.thinking) adds thinking_tokens and thinking_s: how
+much of it, and how long, was thinking. Messages are {role, content, thinking, tool_calls} dicts:
+the thinking goes back into a prompt only as the model's template wants it
+(kwker.thinking.for_template), never to a server; an answer's tool calls become the turns the
+template or the server wants (kwker.app.tool_calls).
 
 tools (OpenAI's function list; kwker.app.tool_calls.functions) are offered to the model: a local
 one's template gets them and its calls are parted from its text as they stream (kwker.tools: their

@@ -1,4 +1,5 @@
-"""The conversation list as a Qt item model (titles, newest first), filled from the store by the GUI thread."""
+"""The conversation list as a Qt item model (titles, newest first), filled from the store by the GUI
+thread."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
-"""Messages as HTML for the chat view: Markdown (markdown-it) with code blocks that carry a Copy link, a Copy link
-per message, an Edit link on user messages, a quiet line of the answer's statistics, and optional tinting of
-the text that came from speculation (over the rendered Markdown)."""
+"""Messages as HTML for the chat view: Markdown (markdown-it) with code blocks that carry a Copy
+link, a Copy link per message, an Edit link on user messages, a quiet line of the answer's
+statistics, and optional tinting of the text that came from speculation (over the rendered
+Markdown)."""
 
 from __future__ import annotations
 
@@ -66,8 +67,8 @@ def tint(rendered: str, text: str, runs: list, colors: dict[str, str]) -> str:
 def markdown_html(
     text: str, code_blocks: list[str], runs: list | None = None, colors: dict | None = None
 ) -> str:
-    """HTML of text; each code block gets a Copy link (copy-code:N) and its source is appended to code_blocks.
-    With runs (see add_run) and the theme's colors, speculated text is tinted."""
+    """HTML of text; each code block gets a Copy link (copy-code:N) and its source is appended to
+    code_blocks. With runs (see add_run) and the theme's colors, speculated text is tinted."""
 
     def block(m):
         code = html.unescape(_TAG.sub("", m.group(2)))  # without the tint's spans

@@ -1,7 +1,8 @@
-"""`kwker-chat --self-test`: the installed app checks itself as a user would see it. It opens the real
-window (offscreen is fine) on a fresh data folder, loads the default model (an installer's bundled
-one), answers one prompt greedily, prints the answer and its rates, and exits 0; on any failure it
-prints the reason and exits 1. The installers' smoke tests (packaging/smoke.sh) run it."""
+"""`kwker-chat --self-test`: the installed app checks itself as a user would see it. It opens the
+real window (offscreen is fine) on a fresh data folder, loads the default model (an installer's
+bundled one), answers one prompt greedily, prints the answer and its rates, and exits 0; on any
+failure it prints the reason and exits 1. The installers' smoke tests (packaging/smoke.sh) run
+it."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The app's settings: defaults, which of them a conversation may override, and how they map onto the engine."""
+"""The app's settings: defaults, which of them a conversation may override, and how they map onto
+the engine."""
 
 from __future__ import annotations
 
@@ -37,7 +38,8 @@ DEFAULTS = {
     "servers": [],  # the addresses of the servers added in the model picker, the latest first
 }
 
-# What a conversation may set for itself (the rest belongs to the app: the loaded model and how it runs).
+# What a conversation may set for itself (the rest belongs to the app: the loaded model and how it
+# runs).
 PER_CONVERSATION = (
     "temperature",
     "top_p",

@@ -1,4 +1,5 @@
-"""Conversations, messages and settings in SQLite (platformdirs' user data dir; KWKER_DATA_DIR overrides it).
+"""Conversations, messages and settings in SQLite (platformdirs' user data dir; KWKER_DATA_DIR
+overrides it).
 
 Every change is one transaction (WAL journal; a change of several statements, a fork say, is all
 or nothing), and the answer being streamed is written as its tokens arrive, so a crash loses at most
@@ -208,7 +209,7 @@ class Store:
                         self.db.execute(statement)
                 self.db.execute(f"PRAGMA user_version = {i + 1}")
 
-    # -------------------------------------------------------------------------------------------- conversations
+    # -------------------------------------------------------------------------------- conversations
     def new_conversation(self, title: str = "New chat") -> Conversation:
         now = time.time()
         with self._tx():
@@ -258,7 +259,7 @@ class Store:
         with self._tx():
             self.db.execute("UPDATE conversations SET context_from = ? WHERE id = ?", (mid, cid))
 
-    # ---------------------------------------------------------------------------------------------- messages
+    # ------------------------------------------------------------------------------------- messages
     def _rows(self, cid: int) -> dict[int, tuple]:
         rows = self.db.execute(
             f"SELECT {_MESSAGE} FROM messages WHERE conversation_id = ?", (cid,)
@@ -413,7 +414,7 @@ class Store:
                 (cid,),
             )
 
-    # ------------------------------------------------------------------------------------------- attachments
+    # ---------------------------------------------------------------------------------- attachments
     def add_attachment(self, cid: int, name: str, text: str, tokens: int) -> Attachment:
         with self._tx():
             cur = self.db.execute(
@@ -434,7 +435,7 @@ class Store:
         with self._tx():
             self.db.execute("DELETE FROM attachments WHERE id = ?", (aid,))
 
-    # ---------------------------------------------------------------------------------------------- settings
+    # ------------------------------------------------------------------------------------- settings
     def settings(self) -> dict:
         return {k: json.loads(v) for k, v in self.db.execute("SELECT key, value FROM settings")}
 

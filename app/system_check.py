@@ -23,7 +23,8 @@ XCB_LIBRARIES = {
 
 
 def uses_xcb() -> bool:
-    """Whether Qt will pick its X11 platform: on Linux, asked for, or on a display without Wayland."""
+    """Whether Qt will pick its X11 platform: on Linux, asked for, or on a display without
+    Wayland."""
     if not sys.platform.startswith("linux"):
         return False
     asked = os.environ.get("QT_QPA_PLATFORM", "")

@@ -1,4 +1,5 @@
-"""Light and dark themes (following the system unless the user picks one) and the chat view's style sheet."""
+"""Light and dark themes (following the system unless the user picks one) and the chat view's style
+sheet."""
 
 from __future__ import annotations
 

@@ -4,7 +4,8 @@ system keyring (or a 0600 file where there is none: kwker.app.keys), never in th
 settings keep the addresses.
 
 Threading: listing the models and reading or writing a key (a keyring may block to ask for its
-password) run through the picker's `submit`, on its TaskRunner (app/tasks.py); the results come back here."""
+password) run through the picker's `submit`, on its TaskRunner (app/tasks.py); the results come back
+here."""
 
 from __future__ import annotations
 
@@ -94,7 +95,8 @@ class ServerPanel(QWidget):
         self._address_changed(self.address.currentText())
 
     def _address_changed(self, text: str) -> None:
-        """Another address: its models are not listed yet; the key field says whether one is kept."""
+        """Another address: its models are not listed yet; the key field says whether one is
+        kept."""
         self._clear_models()
         self.key.clear()
         self.key.setPlaceholderText("none needed, or the server's key")

@@ -1,7 +1,7 @@
-"""The settings panel: model and how it runs (app-wide), and how it answers (app defaults, or this conversation's
-own values when 'This conversation only' is ticked). Emits the new values; the window saves them.
-For a model on a server, what only a local decoder has (precision, draft, context, threads, prompt
-lookup, top-k, min-p, repetition penalty) is hidden: the server applies its own."""
+"""The settings panel: model and how it runs (app-wide), and how it answers (app defaults, or this
+conversation's own values when 'This conversation only' is ticked). Emits the new values; the window
+saves them. For a model on a server, what only a local decoder has (precision, draft, context,
+threads, prompt lookup, top-k, min-p, repetition penalty) is hidden: the server applies its own."""
 
 from __future__ import annotations
 

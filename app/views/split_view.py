@@ -117,7 +117,7 @@ class SplitView(QDialog):
         worker.compare_finished.connect(self._on_finished)
         self._describe()
 
-    # ------------------------------------------------------------------------------------------ running
+    # -------------------------------------------------------------------------------------- running
     def _describe(self):
         info = self.window_.model_info or {}
         settings = self.window_.effective_settings()

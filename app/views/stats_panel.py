@@ -1,7 +1,8 @@
-"""Live statistics: tokens/s while streaming, prefill, the speedup over plain decoding (measured in the same
-answer: see GenerationStats.speedup), accepted tokens by source, and a small chart of tokens/s over the
-answer. A Kwker server reports the same figures; any other server's are measured here (the time to
-the first token and the rate of the streamed tokens), said so, and have no speedup."""
+"""Live statistics: tokens/s while streaming, prefill, the speedup over plain decoding (measured in
+the same answer: see GenerationStats.speedup), accepted tokens by source, and a small chart of
+tokens/s over the answer. A Kwker server reports the same figures; any other server's are measured
+here (the time to the first token and the rate of the streamed tokens), said so, and have no
+speedup."""
 
 from __future__ import annotations
 
