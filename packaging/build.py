@@ -2,9 +2,9 @@
 
     python packaging/build.py wheel    # dist/kwker-<v>-cp311-cp311-manylinux_<glibc>_x86_64.whl
     python packaging/build.py bundle   # dist/kwker-<v>-linux-x86_64.tar.gz: the portable folder
-    python packaging/build.py deb      # dist/kwker_<v>_amd64.deb: the folder in /opt, on PATH, in menus
+    python packaging/build.py deb      # dist/kwker_<v>_amd64.deb: folder in /opt, on PATH, in menus
     python packaging/build.py dmg      # macOS: dist/Kwker-<v>.dmg (run on a Mac)
-    python packaging/build.py exe      # Windows: dist/kwker-<v>-setup.exe via Inno Setup (run on Windows)
+    python packaging/build.py exe      # dist/kwker-<v>-setup.exe via Inno Setup (run on Windows)
 
 Each step builds what it needs first (the bundle needs the wheel, the .deb the bundle);
 --reuse takes an earlier step's output when there is one. Everything happens under build/package/

@@ -1,6 +1,6 @@
-"""Screenshots of the chat app as a user sees it: the first launch, the statistics while an answer streams, the
-main window (light and dark), the settings panel, the speculation tint, a long chat rolled over by the
-context window and the model picker's fit column. Run under Xvfb:
+"""Screenshots of the chat app as a user sees it: the first launch, the statistics while an answer
+streams, the main window (light and dark), the settings panel, the speculation tint, a long chat
+rolled over by the context window and the model picker's fit column. Run under Xvfb:
 
     xvfb-run -a -s "-screen 0 1400x900x24" python packaging/screenshots.py OUTDIR
 

@@ -1,6 +1,7 @@
-"""Min-of-N A/B of precisions in one process (perf-notes #22): decoders of SmolLM2-135M at each precision, used in
-turn, each round a prefill of 512 tokens of the shipped text and 64 one-token steps. The best round of each is what
-it gets without interference, on a machine another benchmark shares.
+"""Min-of-N A/B of precisions in one process (perf-notes #22): decoders of SmolLM2-135M at each
+precision, used in turn, each round a prefill of 512 tokens of the shipped text and 64 one-token
+steps. The best round of each is what it gets without interference, on a machine another benchmark
+shares.
 
     python scripts/ab_precisions.py bf16,bf16-dot [--rounds 12] [--threads 2]
 """

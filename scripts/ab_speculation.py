@@ -1,15 +1,17 @@
-"""A/B of a speculation change in one process, against plain decoding, on the bench's prompts (Qwen2.5-Coder-1.5B
-as the target, its 0.5B as the draft, from kwker's model folder: `kwker models list`). Modes alternate, so that
-the shared machine's drifts hit all alike; medians of the repeats. Every mode must give plain's text.
+"""A/B of a speculation change in one process, against plain decoding, on the bench's prompts
+(Qwen2.5-Coder-1.5B as the target, its 0.5B as the draft, from kwker's model folder:
+`kwker models list`). Modes alternate, so that the shared machine's drifts hit all alike; medians
+of the repeats. Every mode must give plain's text.
 
     python scripts/ab_speculation.py CHANGE PRECISION REPEATS TASKS
 
 CHANGE (before -> after, as the code is now):
-- hope: the draft's widths chosen at its estimated acceptance -> at a hopeful bound (Speculator.HOPE; perf-notes
-  #30). Lookup off; each generation starts from no measured costs, as the first text of a fresh process does.
-- lookup-copy: prompt lookup that follows the longest match -> that also follows the copy under way and
-  resumes it after an edit (LookupProposer.copy; perf-notes #32). Lookup alone; the costs carry over as in the
-  app.
+- hope: the draft's widths chosen at its estimated acceptance -> at a hopeful bound
+  (Speculator.HOPE; perf-notes #30). Lookup off; each generation starts from no measured costs, as
+  the first text of a fresh process does.
+- lookup-copy: prompt lookup that follows the longest match -> that also follows the copy under way
+  and resumes it after an edit (LookupProposer.copy; perf-notes #32). Lookup alone; the costs carry
+  over as in the app.
 
     python scripts/ab_speculation.py hope int4 3 rewrite,code,chat,edit
     python scripts/ab_speculation.py lookup-copy int4 4 edit,rewrite,code,chat

@@ -1,12 +1,12 @@
-"""Static cycle counts of kernel tiles' hot loops (perf-notes #21, #22): for each function of a GCC .s file
-whose symbol contains a given piece, its innermost backward-branching block that holds the most instructions
-matching KEY (the useful multiply-adds), run through llvm-mca; then the same block with those instructions
-deleted ("rest": the work the chip cannot hide behind them).
+"""Static cycle counts of kernel tiles' hot loops (perf-notes #21, #22): for each function of a GCC
+.s file whose symbol contains one of the pieces given, its innermost backward-branching block that
+holds the most instructions matching KEY (the useful multiply-adds), run through llvm-mca; then the
+same block with those instructions deleted ("rest": the work the chip cannot hide behind them).
 
-    python scripts/mca_loops.py v.s vdpbf16ps znver5 'bf16p_tileINS_12_GLOBAL__N_16Avx512ELi6ELi4E' ...
+    python scripts/mca_loops.py v.s vdpbf16ps znver5 'bf16p_tileINS_12_GLOBAL__N_16Avx512ELi6ELi4E'
 
-Prints one row per function: symbol piece | KEY instructions | cycles per iteration | rest | rest per KEY
-instruction | stack references in the loop (spills).
+Prints one row per function: symbol piece | KEY instructions | cycles per iteration | rest | rest
+per KEY instruction | stack references in the loop (spills).
 """
 
 import re

@@ -36,7 +36,8 @@ def tiny_llama(
         rope_parameters=rope_parameters,
     )
     model = LlamaForCausalLM(cfg).eval()
-    # Random init gives near-zero logits; widen the weights so that argmax ties are not an accident of scale.
+    # Random init gives near-zero logits; widen the weights so that argmax ties are not an accident
+    # of scale.
     with torch.no_grad():
         for p in model.parameters():
             if p.dim() == 2:

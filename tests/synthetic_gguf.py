@@ -112,7 +112,8 @@ FILE_TYPES = {
 #   Q5_0 {d, qh[4], qs[16]}  Q5_1 {d, m, qh[4], qs[16]}
 #   Q4_K {d, dmin, scales[12], qs[128]}  Q5_K {d, dmin, scales[12], qh[32], qs[128]}
 #   Q6_K {ql[128], qh[64], scales[16] (int8), d}
-#   IQ4_NL {d, qs[16]}, and every other i-quant {d, ...}  TQ1_0 {qs[48], qh[4], d}  TQ2_0 {qs[64], d}
+#   IQ4_NL {d, qs[16]}, and every other i-quant {d, ...}
+#   TQ1_0 {qs[48], qh[4], d}  TQ2_0 {qs[64], d}
 # (IQ1_M has no fp16 field: IQ1_M_SCALE below.) The i-quants' other fields are bit-fields too: every
 # grid index has exactly the bits of its grid's size, and any sign or scale bits are valid.
 # The ranges put the largest weight near 0.1, as in real checkpoints, so that 32 random layers keep

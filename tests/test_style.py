@@ -1,12 +1,13 @@
-"""The sources are formatted and linted as configured: Python by ruff (pyproject.toml), C++ by clang-format
-(.clang-format). Both tools are pinned in the test extra, so that a clean install checks what CI checks."""
+"""The sources are formatted and linted as configured: Python by ruff (pyproject.toml), C++ by
+clang-format (.clang-format). Both tools are pinned in the test extra, so that a clean install
+checks what CI checks."""
 
 import subprocess
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PYTHON = ["engine", "app", "tests", "packaging"]
+PYTHON = ["engine", "app", "tests", "packaging", "scripts"]
 
 
 def run(*args):

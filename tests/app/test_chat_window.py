@@ -1,5 +1,5 @@
-"""The real window with the real small model (offscreen): streaming, stop, regenerate, edit, settings, restart,
-export, and a responsive UI thread."""
+"""The real window with the real small model (offscreen): streaming, stop, regenerate, edit,
+settings, restart, export, and a responsive UI thread."""
 
 import json
 import time
@@ -143,8 +143,8 @@ def test_ui_thread_never_blocks_for_50_ms_while_streaming(qtbot, data_dir):
 
 
 def test_slow_redraws_are_spaced_out(qtbot, data_dir, monkeypatch):
-    """A redraw that takes 10 ms is followed by >= 190 ms without one (at most 5% of the GUI thread): the decoder's
-    threads keep the cores while a long conversation streams."""
+    """A redraw that takes 10 ms is followed by >= 190 ms without one (at most 5% of the GUI
+    thread): the decoder's threads keep the cores while a long conversation streams."""
     from kwker.app.views import chat_view
 
     win = open_window(qtbot)

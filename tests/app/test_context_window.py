@@ -1,6 +1,6 @@
 """The rolling window's arithmetic (kwker.app.context_window), the speculation tint over Markdown
-(kwker.app.render) and the store's schema migration, without a model: a render that counts words stands
-in for the chat template."""
+(kwker.app.render) and the store's schema migration, without a model: a render that counts words
+stands in for the chat template."""
 
 import sqlite3
 

@@ -1,7 +1,7 @@
-"""The model picker: catalog, filter, memory fit, Hub search and a download (from a hub look-alike on
-127.0.0.1) with a moving progress bar, then a chat with the new model; search and scans off the GUI
-thread; every failure of a download or an import ends in a message and working buttons; import of a
-GGUF and of a folder, and a .gguf dropped on the window; the fit follows the precision and the
+"""The model picker: catalog, filter, memory fit, Hub search and a download (from a hub look-alike
+on 127.0.0.1) with a moving progress bar, then a chat with the new model; search and scans off the
+GUI thread; every failure of a download or an import ends in a message and working buttons; import
+of a GGUF and of a folder, and a .gguf dropped on the window; the fit follows the precision and the
 context, and "won't fit" says why with numbers and can still be loaded."""
 
 import shutil

@@ -1,5 +1,5 @@
-"""`kwker-chat --self-test`, as the installers' smoke tests run it: a fresh process answers through the
-real window and exits 0, or exits 1 with the reason."""
+"""`kwker-chat --self-test`, as the installers' smoke tests run it: a fresh process answers through
+the real window and exits 0, or exits 1 with the reason."""
 
 import os
 import subprocess

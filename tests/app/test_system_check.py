@@ -23,7 +23,8 @@ def test_other_platforms_need_nothing(monkeypatch):
 
 
 def test_no_display_is_said_plainly_not_aborted(tmp_path):
-    """Without DISPLAY or WAYLAND_DISPLAY, Qt would abort (rc 134, SIGABRT) with a wrong xcb hint."""
+    """Without DISPLAY or WAYLAND_DISPLAY, Qt would abort (rc 134, SIGABRT) with a wrong xcb
+    hint."""
     import os
     import subprocess
     import sys

@@ -1,6 +1,7 @@
-"""The window's basics with the real model (offscreen): Markdown rendered as rich text, a code block's and a
-message's Copy link putting exactly their text on the clipboard (real mouse clicks), the theme switch (palette
-and the chat view's pixels), each shortcut by real key events, and an accessible name on every control."""
+"""The window's basics with the real model (offscreen): Markdown rendered as rich text, a code
+block's and a message's Copy link putting exactly their text on the clipboard (real mouse clicks),
+the theme switch (palette and the chat view's pixels), each shortcut by real key events, and an
+accessible name on every control."""
 
 import numpy as np
 import pytest
@@ -59,8 +60,8 @@ def f(x):
 | b    | 2    |
 """
 
-# Two code blocks in one answer, one in the next: tabs, blank lines, trailing spaces and HTML's special
-# characters must reach the clipboard as they are.
+# Two code blocks in one answer, one in the next: tabs, blank lines, trailing spaces and HTML's
+# special characters must reach the clipboard as they are.
 FIRST = (
     "Two snippets:\n\n"
     "```python\n"
@@ -175,7 +176,7 @@ def commonest(rgb: np.ndarray) -> str:
     return QColor(*(int(v) for v in values[counts.argmax()])).name()
 
 
-# ------------------------------------------------------------------------------------------------ Markdown
+# ----------------------------------------------------------------------------------------- Markdown
 def test_markdown_is_rendered_as_rich_text(qtbot, data_dir):
     win = open_window(qtbot, {"theme": "light"})
     show(qtbot, win)
@@ -223,7 +224,7 @@ def test_markdown_is_rendered_as_rich_text(qtbot, data_dir):
     assert fragment(doc, "Size").charFormat().fontWeight() >= 700  # the header row
 
 
-# ------------------------------------------------------------------------------------------------ copying
+# ------------------------------------------------------------------------------------------ copying
 def test_copy_links_put_exactly_the_code_and_the_message_on_the_clipboard(qtbot, data_dir):
     win = open_window(qtbot, {"theme": "light"})
     show(qtbot, win)
@@ -249,7 +250,7 @@ def test_copy_links_put_exactly_the_code_and_the_message_on_the_clipboard(qtbot,
         assert win.status.text() == "Message copied"
 
 
-# -------------------------------------------------------------------------------------------------- theme
+# -------------------------------------------------------------------------------------------- theme
 def test_the_dark_theme_from_the_settings_panel_and_back(qtbot, data_dir):
     win = open_window(qtbot, {"theme": "light"})
     show(qtbot, win)
@@ -295,7 +296,7 @@ def test_the_dark_theme_from_the_settings_panel_and_back(qtbot, data_dir):
     assert win.store.settings()["theme"] == "light"
 
 
-# ---------------------------------------------------------------------------------------------- shortcuts
+# ---------------------------------------------------------------------------------------- shortcuts
 def test_ctrl_n_starts_a_new_chat_with_the_input_focused(qtbot, data_dir):
     win = open_window(qtbot)
     show(qtbot, win)
@@ -310,8 +311,9 @@ def test_ctrl_n_starts_a_new_chat_with_the_input_focused(qtbot, data_dir):
 
 
 def test_the_window_fits_a_laptop_screen(qtbot, data_dir):
-    """A 1366 x 768 screen, less a taskbar, holds the whole window: the long settings form scrolls in its
-    tab instead of making the window taller than the screen, and every one of its fields can be reached."""
+    """A 1366 x 768 screen, less a taskbar, holds the whole window: the long settings form scrolls
+    in its tab instead of making the window taller than the screen, and every one of its fields can
+    be reached."""
     win = open_window(qtbot)
     show(qtbot, win)
     hint = win.minimumSizeHint()
@@ -407,7 +409,7 @@ def test_ctrl_q_quits(qtbot, data_dir):
     )  # closed the way closeEvent does it: the worker's thread ended
 
 
-# ---------------------------------------------------------------------------------------- accessible names
+# --------------------------------------------------------------------------------- accessible names
 INTERACTIVE = (
     QAbstractButton,
     QLineEdit,
@@ -419,9 +421,9 @@ INTERACTIVE = (
     QAbstractSlider,
     QTabBar,
 )
-# Internal parts of another control, which a screen reader presents as that control: the QLineEdit of a
-# spin box or an editable combo box, a combo box's popup list, an item view's headers, corner button
-# and cell editors (each reached through the view's own accessible table or list).
+# Internal parts of another control, which a screen reader presents as that control: the QLineEdit
+# of a spin box or an editable combo box, a combo box's popup list, an item view's headers, corner
+# button and cell editors (each reached through the view's own accessible table or list).
 COMPOSITES = (QAbstractSpinBox, QComboBox, QAbstractItemView)
 
 

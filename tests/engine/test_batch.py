@@ -1,5 +1,6 @@
-"""Several sequences per step: each gets, token for token, what it gets alone (greedy and seeded sampling), with
-prompts of different lengths, sequences finishing at different times and newcomers taking freed slots."""
+"""Several sequences per step: each gets, token for token, what it gets alone (greedy and seeded
+sampling), with prompts of different lengths, sequences finishing at different times and newcomers
+taking freed slots."""
 
 import pytest
 import torch

@@ -1,5 +1,5 @@
-"""A token's logits do not depend on how many tokens share its step: 1-token decode, k-token verify steps
-(k = 2..9) and prefill give the same bits. Speculative decoding and batching rely on this."""
+"""A token's logits do not depend on how many tokens share its step: 1-token decode, k-token verify
+steps (k = 2..9) and prefill give the same bits. Speculative decoding and batching rely on this."""
 
 import pytest
 import torch
@@ -35,8 +35,9 @@ def test_logits_identical_alone_in_steps_and_in_prefill(precision, threads):
 @pytest.mark.parametrize("precision", [None, "int4"])
 @pytest.mark.parametrize("threads", [2, 3])
 def test_long_context_attention_in_parts_keeps_the_bits(precision, threads):
-    """From 128 keys on, a lone token's attention calls (fewer than two per thread) are shared out in parts between
-    the threads; prefill makes whole calls. Each token's logits are the same bits either way."""
+    """From 128 keys on, a lone token's attention calls (fewer than two per thread) are shared out
+    in parts between the threads; prefill makes whole calls. Each token's logits are the same bits
+    either way."""
     seq = torch.randint(0, 1000, (200,), generator=torch.Generator().manual_seed(4)).tolist()
     model = tiny_llama(hidden=192, heads=3, kv_heads=1, inter=200, tied=False)
     dec = KwkDecoder(model, max_cache_len=256, precision=precision, threads=threads)
@@ -45,9 +46,10 @@ def test_long_context_attention_in_parts_keeps_the_bits(precision, threads):
 
 @pytest.mark.parametrize("threads", [1, 2, 3])
 def test_kv_heads_with_query_heads_in_two_blocks_keep_the_bits(threads):
-    """7 query heads per KV head are attended in blocks of 4 + 3. With as many (run, KV head) pairs as
-    threads, a KV head's blocks go to one thread together; with fewer, block by block (and, from 128 keys
-    on, a lone token's calls in parts). Every way gives each token the same bits, at 1, 2 and 3 threads."""
+    """7 query heads per KV head are attended in blocks of 4 + 3. With as many (run, KV head) pairs
+    as threads, a KV head's blocks go to one thread together; with fewer, block by block (and, from
+    128 keys on, a lone token's calls in parts). Every way gives each token the same bits, at 1, 2
+    and 3 threads."""
     seq = torch.randint(0, 1000, (140,), generator=torch.Generator().manual_seed(5)).tolist()
     model = tiny_llama(hidden=224, heads=14, kv_heads=2, head_dim=16, inter=200, tied=False)
     ref = KwkDecoder(model, max_cache_len=160, threads=1).forward(seq)
@@ -61,8 +63,8 @@ def test_kv_heads_with_query_heads_in_two_blocks_keep_the_bits(threads):
 
 @pytest.mark.parametrize("precision", [None, "int4"])
 def test_thread_count_does_not_change_bits(precision):
-    """Threads take chunks of each other's shares of a matmul when they finish first: which thread computes a
-    panel, and how many threads there are, changes no bit."""
+    """Threads take chunks of each other's shares of a matmul when they finish first: which thread
+    computes a panel, and how many threads there are, changes no bit."""
     model = tiny_llama(hidden=192, heads=3, kv_heads=1, inter=200)
     a = KwkDecoder(model, max_cache_len=64, threads=1, precision=precision).forward(SEQ)
     for threads in (2, 3):
@@ -74,9 +76,10 @@ def test_thread_count_does_not_change_bits(precision):
 
 @pytest.mark.parametrize("precision", [None, "bf16", "bf16-dot", "balanced", "int4"])
 def test_every_isa_is_batch_invariant_and_close_to_the_reference(precision, monkeypatch):
-    """The whole decoding step on every kernel set: the portable reference, AVX2 and AVX-512 (on a CPU without
-    AVX-512, its source compiled on SIMDe: "avx512-emulated"). Within an ISA, prefill, a 3-token step and 1-token
-    steps give each token the same bits, and across ISAs too (test_same_bits_everywhere.py covers every family)."""
+    """The whole decoding step on every kernel set: the portable reference, AVX2 and AVX-512 (on a
+    CPU without AVX-512, its source compiled on SIMDe: "avx512-emulated"). Within an ISA, prefill, a
+    3-token step and 1-token steps give each token the same bits, and across ISAs too
+    (test_same_bits_everywhere.py covers every family)."""
     from kwker import _native
 
     isas = [i for i in ("generic", "avx2", "avx512", "avx512-emulated") if _native.isa_supported(i)]

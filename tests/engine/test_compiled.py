@@ -106,8 +106,8 @@ def test_second_construction_loads_from_the_disk_cache(compiled):
     model, dec, folder = compiled
     again = CompiledDecoder(model, max_cache_len=128, cache_folder=folder)
     assert not again.compiled_now and again.build_seconds < dec.build_seconds
-    # two decoders from one package keep their own KV caches: `dec` continues its text from its cache after
-    # `again` has written other tokens at the same positions of its own
+    # two decoders from one package keep their own KV caches: `dec` continues its text from its
+    # cache after `again` has written other tokens at the same positions of its own
     a = dec.generate(PROMPT, max_new_tokens=10, lookup=0)
     again.generate(torch.tensor([[5, 6, 7, 8, 9, 10, 11, 12]]), max_new_tokens=20, lookup=0)
     continued = dec.generate(a, max_new_tokens=10, lookup=0)

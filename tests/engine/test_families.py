@@ -1,6 +1,7 @@
-"""Families beyond Llama, against transformers: Qwen2 (q/k/v biases, windowed upper layers), Qwen3 (q/k head
-norms), Mistral (sliding window), Gemma 3 (post norms, scaled embeddings, GELU-tanh, sliding + global layers with
-their own rope tables) and Phi-3 (fused matrices, partial rotary, longrope)."""
+"""Families beyond Llama, against transformers: Qwen2 (q/k/v biases, windowed upper layers), Qwen3
+(q/k head norms), Mistral (sliding window), Gemma 3 (post norms, scaled embeddings, GELU-tanh,
+sliding + global layers with their own rope tables) and Phi-3 (fused matrices, partial rotary,
+longrope)."""
 
 import pytest
 import torch
@@ -218,7 +219,8 @@ def test_logits_and_greedy_match_transformers(name):
 )
 @pytest.mark.parametrize("precision", [None, "bf16", "int4"])
 def test_batch_invariance_in_every_family(name, precision):
-    """1-token steps, k-token steps and prefill give the same bits, windows and post norms included."""
+    """1-token steps, k-token steps and prefill give the same bits, windows and post norms
+    included."""
     seq = LONG[0].tolist()
     dec = KwkDecoder(MODELS[name](), max_cache_len=96, precision=precision)
     whole = dec.forward(seq)
@@ -233,9 +235,9 @@ def test_batch_invariance_in_every_family(name, precision):
 @pytest.mark.parametrize("name", ["qwen2", "qwen3", "gemma3", "phi3", "mistral-window"])
 @pytest.mark.parametrize("precision,tolerance", [("bf16", 0.01), ("balanced", 0.06), ("int4", 0.4)])
 def test_converted_precisions_stay_close(name, precision, tolerance):
-    """Stated tolerance per precision: relative RMS error of all 70 positions' logits against transformers' fp32
-    (random Gaussian weights widened 3x have no structure for 4 bits to keep: int4 measures 0.14-0.32 here; the
-    real-model quality bounds are in test_quality.py)."""
+    """Stated tolerance per precision: relative RMS error of all 70 positions' logits against
+    transformers' fp32 (random Gaussian weights widened 3x have no structure for 4 bits to keep:
+    int4 measures 0.14-0.32 here; the real-model quality bounds are in test_quality.py)."""
     model = MODELS[name]()
     with torch.no_grad():
         ref = model(LONG).logits[0]

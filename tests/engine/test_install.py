@@ -115,8 +115,9 @@ def test_install_with_a_draft_runs_assisted_generation_natively():
 
 
 def test_torch_runs_one_thread_during_a_native_generate_and_is_restored():
-    """transformers' loop between native steps runs on one torch thread (its OpenMP workers would spin on the cores
-    the native step needs); the caller's setting comes back afterwards, also when the call fails."""
+    """transformers' loop between native steps runs on one torch thread (its OpenMP workers would
+    spin on the cores the native step needs); the caller's setting comes back afterwards, also when
+    the call fails."""
     model = tiny_llama(hidden=64, heads=2, kv_heads=1, inter=96)
     install(model, max_cache_len=64)
     seen = []

@@ -1,6 +1,7 @@
-"""kwker.loading.config: configs built without transformers equal transformers' own -- for config.json
-files of every supported model type and RoPE variant, for the real GGUFs and their converted folders --
-and GGUF metadata that does not describe a whole model fails naming what is missing."""
+"""kwker.loading.config: configs built without transformers equal transformers' own -- for
+config.json files of every supported model type and RoPE variant, for the real GGUFs and their
+converted folders -- and GGUF metadata that does not describe a whole model fails naming what is
+missing."""
 
 import json
 import math
@@ -20,7 +21,8 @@ REPOS = [
     "Qwen/Qwen2.5-Coder-1.5B-Instruct",
     "google/gemma-3-270m",
 ]
-# PreTrainedConfig's bookkeeping for classification heads, outputs and loading, which no family reads
+# PreTrainedConfig's bookkeeping for classification heads, outputs and loading, which no family
+# reads
 BOOKKEEPING = {
     "chunk_size_feed_forward",
     "id2label",
@@ -70,7 +72,8 @@ MISSING = "<missing>"
 
 
 def assert_same(ours: ModelConfig, theirs):
-    """Every attribute either side has (transformers' bookkeeping aside) is equal; dtype as its name."""
+    """Every attribute either side has (transformers' bookkeeping aside) is equal; dtype as its
+    name."""
     names = (set(vars(ours)) | {k for k in vars(theirs) if not k.startswith("_")}) - BOOKKEEPING
     for name in sorted(names | set(FAMILY_ATTRIBUTES)):
         a, b = getattr(ours, name, MISSING), getattr(theirs, name, MISSING)
@@ -95,7 +98,8 @@ def llama(**kw):
     return {"model_type": "llama", **SMALL, "num_attention_heads": 4, **kw}
 
 
-# config.json contents as transformers' older versions and the hub spell them: the standardization paths
+# config.json contents as transformers' older versions and the hub spell them: the standardization
+# paths
 LEGACY_CONFIGS = {
     "llama-defaults": {"model_type": "llama"},
     "llama-theta-kv-null": llama(
@@ -342,7 +346,8 @@ def test_model_config_reads_like_a_transformers_config():
 
 
 def gguf_metadata(arch="llama", vocab=32, **keys):
-    """A small model's metadata as llama.cpp writes it; keys override or (with None) remove entries."""
+    """A small model's metadata as llama.cpp writes it; keys override or (with None) remove
+    entries."""
     m = {
         "general.architecture": (8, arch),
         "general.name": (8, "Tiny"),
@@ -569,9 +574,9 @@ def llama_cpp_rope_freqs(base, dim, factor, low, high, old_len):
 
 @pytest.mark.parametrize(("dim", "factor"), [(128, 8.0), (64, 32.0), (32, 8.0)])
 def test_rope_freqs_become_the_configs_frequency_factors(tmp_path, dim, factor):
-    """llama.cpp stores Llama 3's scaling as per-frequency factors (transformers' GGUF loader ignores
-    them); the config keeps the file's factors as they are (rope type "freq_factors"), whatever
-    formula wrote them, and refuses factors that are not positive."""
+    """llama.cpp stores Llama 3's scaling as per-frequency factors (transformers' GGUF loader
+    ignores them); the config keeps the file's factors as they are (rope type "freq_factors"),
+    whatever formula wrote them, and refuses factors that are not positive."""
     freqs = llama_cpp_rope_freqs(500000.0, dim, factor, 1.0, 4.0, 8192)
     meta = gguf_metadata(
         llama__embedding_length=(4, dim * 4),

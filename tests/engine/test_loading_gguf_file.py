@@ -1,5 +1,6 @@
 """kwker.loading.gguf_file: every metadata value type, the tensor table, the fast string arrays, and
-the errors a corrupt file gets; the real GGUFs read as transformers' and gguf-py's readers read them."""
+the errors a corrupt file gets; the real GGUFs read as transformers' and gguf-py's readers read
+them."""
 
 import struct
 import time
@@ -202,7 +203,8 @@ def test_truncated_tensor_data_names_the_tensor(tmp_path):
 
 
 def test_a_real_header_with_its_data_cut_off(tmp_path):
-    """The real SmolLM2 header with only 1 MB of its tensor data: the first tensor past the cut is named."""
+    """The real SmolLM2 header with only 1 MB of its tensor data: the first tensor past the cut is
+    named."""
     source = read_gguf(fetch_gguf(REPOS[0]))
     cut = source.data_start + 1_000_000
     with open(source.path, "rb") as f:

@@ -1,6 +1,6 @@
-"""Memory: a KV cache costs RAM for the tokens it holds, not for the length it is sized to (its pages are mapped
-zeroed and become resident on first write), and dropping a decoder gives its memory back. Measured in a fresh
-interpreter, where nothing else allocates or frees meanwhile."""
+"""Memory: a KV cache costs RAM for the tokens it holds, not for the length it is sized to (its
+pages are mapped zeroed and become resident on first write), and dropping a decoder gives its memory
+back. Measured in a fresh interpreter, where nothing else allocates or frees meanwhile."""
 
 import json
 import os
@@ -34,8 +34,9 @@ print(json.dumps(r))
 
 
 def test_kv_cache_is_resident_only_where_written():
-    # 4 layers x (k + v) x 4 KV heads x 64 dims x 65536 positions x 4 bytes = 512 MiB of cache, sized; the rest of
-    # the decoder (rope tables for 65536 positions, weights, scratch) and Python's transients take ~55 MB
+    # 4 layers x (k + v) x 4 KV heads x 64 dims x 65536 positions x 4 bytes = 512 MiB of cache,
+    # sized; the rest of the decoder (rope tables for 65536 positions, weights, scratch) and
+    # Python's transients take ~55 MB
     kv_mb = 4 * 2 * 4 * 64 * 65536 * 4 / 2**20
     env = dict(
         os.environ,
@@ -83,8 +84,8 @@ print(json.dumps(r))
 
 
 def test_packed_weights_are_advised_for_huge_pages():
-    # every step streams all the weights: they live in 2 MB-aligned mappings advised MADV_HUGEPAGE (fewer TLB
-    # misses), which go away with the decoder
+    # every step streams all the weights: they live in 2 MB-aligned mappings advised MADV_HUGEPAGE
+    # (fewer TLB misses), which go away with the decoder
     env = dict(
         os.environ,
         PYTHONPATH=os.pathsep.join(

@@ -1,5 +1,6 @@
-"""The precision table: importable before torch (the command line parses its arguments first), its formats'
-sizes as the native packer lays them out, and one vocabulary for names, aliases and the model's own."""
+"""The precision table: importable before torch (the command line parses its arguments first), its
+formats' sizes as the native packer lays them out, and one vocabulary for names, aliases and the
+model's own."""
 
 import subprocess
 import sys
@@ -76,8 +77,9 @@ def test_labels_and_lists():
 
 
 def test_bf16_dot_is_bf16s_weights_computed_otherwise():
-    """bf16-dot stores bf16's bytes (its own format: k in pairs) and is scored beside the conversions, but the
-    number type bfloat16 and a bf16 model's own precision still name bf16 (float32 activations)."""
+    """bf16-dot stores bf16's bytes (its own format: k in pairs) and is scored beside the
+    conversions, but the number type bfloat16 and a bf16 model's own precision still name bf16
+    (float32 activations)."""
     assert precision.COMPUTATIONS == ("bf16-dot",)
     assert precision.weight_bytes("bf16-dot") == precision.weight_bytes("bf16") == 2
     assert PRECISIONS["bf16-dot"].matrices == PRECISIONS["bf16-dot"].embeddings == "BF16P"

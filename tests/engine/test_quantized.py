@@ -1,9 +1,11 @@
-"""int8 ("balanced") and int4 weights: logits close to the float model, tokens sensible on the real model.
+"""int8 ("balanced") and int4 weights: logits close to the float model, tokens sensible on the real
+model.
 
-Tolerances on tiny random models (max abs logit error relative to the largest |logit|): int8 4e-2, int4 3.5e-1
-(random weights amplify rounding; the real model is checked below and in test_quality.py). The error is the
-weights' rounding plus that of the activations, which the int8/int4 kernels quantize to int8 per row and block of
-32 (measured here: int8 2.2e-2, int4 2.6e-1)."""
+Tolerances on tiny random models (max abs logit error relative to the largest |logit|): int8 4e-2,
+int4 3.5e-1 (random weights amplify rounding; the real model is checked below and in
+test_quality.py). The error is the weights' rounding plus that of the activations, which the
+int8/int4 kernels quantize to int8 per row and block of 32 (measured here: int8 2.2e-2, int4
+2.6e-1)."""
 
 import pytest
 import torch
@@ -23,8 +25,8 @@ def test_quantized_logits_close_to_float(precision, tol):
 
 
 def test_packed_sizes():
-    """int8 weights take 8.5 bits (an fp16 scale per 32), int4 take 5 in the layers (an fp16 scale and min per 32;
-    lm_head stays int8)."""
+    """int8 weights take 8.5 bits (an fp16 scale per 32), int4 take 5 in the layers (an fp16 scale
+    and min per 32; lm_head stays int8)."""
     model = tiny_llama(vocab=1008, hidden=128, heads=2, kv_heads=1, inter=256, layers=2, tied=False)
     fp32 = KwkDecoder(model, max_cache_len=32).weight_bytes_per_token
     assert (
@@ -49,9 +51,9 @@ QUESTIONS = [
 @pytest.mark.slow
 @pytest.mark.parametrize("precision", ["balanced", "int4"])
 def test_quantized_real_model_answers_sensibly(smollm2, precision):
-    """int8 and int4 keep the facts. (Not "the capital of France": fp32 itself puts "The" only 0.08 logits above "L"
-    there, and with int8 activations every quantized precision, like llama.cpp's Q8_0 of the same weights,
-    answers "L'Étoile, ...".)"""
+    """int8 and int4 keep the facts. (Not "the capital of France": fp32 itself puts "The" only 0.08
+    logits above "L" there, and with int8 activations every quantized precision, like llama.cpp's
+    Q8_0 of the same weights, answers "L'Étoile, ...".)"""
     model, tokenizer = smollm2
     dec = KwkDecoder(model, max_cache_len=256, precision=precision)
     for question, fact in QUESTIONS:

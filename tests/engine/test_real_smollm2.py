@@ -1,5 +1,5 @@
-"""The real SmolLM2-135M-Instruct (from the PyPI source here): greedy chat answers equal transformers' at fp32,
-and logits agree within the fp32 tolerance."""
+"""The real SmolLM2-135M-Instruct (from the PyPI source here): greedy chat answers equal
+transformers' at fp32, and logits agree within the fp32 tolerance."""
 
 import pytest
 import torch

@@ -1,8 +1,9 @@
-"""kwker.rope's numpy tables against transformers' rotary embedding modules (torch, float32): every rope
-type the families support, on tiny configs of every family, bit for bit.
+"""kwker.rope's numpy tables against transformers' rotary embedding modules (torch, float32): every
+rope type the families support, on tiny configs of every family, bit for bit.
 
-The exact comparisons hold where torch runs the functions kwker.rope replays: an AVX2 CPU on which MKL
-takes its generic path (see kwker.rope). Elsewhere they allow the ulp torch's own kernels differ by."""
+The exact comparisons hold where torch runs the functions kwker.rope replays: an AVX2 CPU on which
+MKL takes its generic path (see kwker.rope). Elsewhere they allow the ulp torch's own kernels differ
+by."""
 
 import subprocess
 import sys
@@ -32,8 +33,8 @@ LENGTHS = [1, 7, 300, 5000]
 
 
 def hf_tables(rotary, max_cache_len: int, *args) -> tuple[np.ndarray, np.ndarray]:
-    """cos, sin float32 [max_cache_len, rope_dim / 2]: the module's tables for positions 0 .. L-1, their
-    first (rotate_half) half, as the decoder took them before kwker.rope."""
+    """cos, sin float32 [max_cache_len, rope_dim / 2]: the module's tables for positions 0 .. L-1,
+    their first (rotate_half) half, as the decoder took them before kwker.rope."""
     pos = torch.arange(max_cache_len)[None]
     with torch.no_grad():
         c, s = rotary(torch.zeros(1, dtype=torch.float32), pos, *args)

@@ -1,8 +1,9 @@
-"""The same bits on every CPU and thread count: a token's logits do not depend on the ISA (the portable reference,
-AVX2, AVX-512 or its source on SIMDe) nor on how many threads share the step, at every precision, for a tiny model
-of every family and for the real SmolLM2. The kernels share one exp polynomial and one canonical sum order, and
-every other reduction is a fixed FMA chain per output (native/src/kernels/canonical.h, kernels.h): so a seeded
-conversation replays identically on any x86 machine."""
+"""The same bits on every CPU and thread count: a token's logits do not depend on the ISA (the
+portable reference, AVX2, AVX-512 or its source on SIMDe) nor on how many threads share the step, at
+every precision, for a tiny model of every family and for the real SmolLM2. The kernels share one
+exp polynomial and one canonical sum order, and every other reduction is a fixed FMA chain per
+output (native/src/kernels/canonical.h, kernels.h): so a seeded conversation replays identically on
+any x86 machine."""
 
 import pytest
 import torch
@@ -14,7 +15,8 @@ from kwker.hf import KwkDecoder
 
 PRECISIONS = ["fp32", "bf16", "bf16-dot", "fp16", "balanced", "int4"]
 ISAS = [i for i in ("generic", "avx2", "avx512", "avx512-emulated") if _native.isa_supported(i)]
-# (ISA, threads) pairs compared with the reference on one thread: every ISA, and the best one on 2 and 3 threads
+# (ISA, threads) pairs compared with the reference on one thread: every ISA, and the best one on 2
+# and 3 threads
 BEST = "avx512" if "avx512" in ISAS else "avx2"
 RUNS = [(isa, 2) for isa in ISAS if isa != "generic"] + [(BEST, 1), (BEST, 3)]
 SEQ = torch.randint(0, 1000, (40,), generator=torch.Generator().manual_seed(21)).tolist()
@@ -58,8 +60,8 @@ def test_every_family_gives_the_same_bits_on_every_isa_and_thread_count(
 @pytest.mark.slow
 @pytest.mark.parametrize("precision", PRECISIONS)
 def test_smollm2_gives_the_same_bits_on_every_isa_and_thread_count(smollm2, precision, monkeypatch):
-    """The real model, 30 layers: any difference in an exp or a sum order would be amplified past the last bit
-    (by the quantized formats' rounding of activations to int8, into whole logits)."""
+    """The real model, 30 layers: any difference in an exp or a sum order would be amplified past
+    the last bit (by the quantized formats' rounding of activations to int8, into whole logits)."""
     model, tokenizer = smollm2
     seq = tokenizer(
         "The quick brown fox jumps over the lazy dog. It was a bright cold day in April"

@@ -1,5 +1,5 @@
-"""Sampling: transformers' processors in its order, one uniform number per position, seeded reproducibility,
-and a chi-square test that the sampled tokens follow the softmax."""
+"""Sampling: transformers' processors in its order, one uniform number per position, seeded
+reproducibility, and a chi-square test that the sampled tokens follow the softmax."""
 
 import numpy as np
 import pytest
@@ -56,7 +56,8 @@ def test_greedy_with_processors_matches_transformers():
 
 
 def transformers_probs(logits, **kw):
-    """The distribution transformers samples from for these options: its own warpers, then a softmax."""
+    """The distribution transformers samples from for these options: its own warpers, then a
+    softmax."""
     from transformers.generation.logits_process import (
         MinPLogitsWarper,
         TemperatureLogitsWarper,
@@ -85,7 +86,8 @@ def transformers_probs(logits, **kw):
     ],
 )
 def test_sampled_first_token_follows_transformers_distribution(dec, kw):
-    """20000 draws of the first new token against the distribution transformers' warpers give (chi-square)."""
+    """20000 draws of the first new token against the distribution transformers' warpers give
+    (chi-square)."""
     logits = dec.forward(PROMPT)[-1]
     probs = transformers_probs(logits, **kw)
     sampler = Sampler(
@@ -116,7 +118,8 @@ def test_sampled_first_token_follows_transformers_distribution(dec, kw):
 
 
 def test_generate_uses_one_draw_per_position(dec):
-    """The first sampled token of generate() equals the sampler's choice for the generator's first draw."""
+    """The first sampled token of generate() equals the sampler's choice for the generator's first
+    draw."""
     for seed in range(20):
         logits = dec.forward(PROMPT)[-1]
         probs = torch.softmax(logits.double(), dim=-1)
@@ -157,10 +160,10 @@ def test_invalid_sampling_values(dec, kw, message):
     ],
 )
 def test_kept_tokens_are_transformers_set(kw):
-    """The tokens our warpers keep (found among the likeliest first) are those transformers' warpers keep, over
-    peaked and flat distributions of small and large vocabularies (flat ones need the wider candidate sets and the
-    full sort). Where the two differ it is one token whose top-p boundary is a tie to float rounding (their
-    cumulative sums run in opposite orders)."""
+    """The tokens our warpers keep (found among the likeliest first) are those transformers' warpers
+    keep, over peaked and flat distributions of small and large vocabularies (flat ones need the
+    wider candidate sets and the full sort). Where the two differ it is one token whose top-p
+    boundary is a tie to float rounding (their cumulative sums run in opposite orders)."""
     g = torch.Generator().manual_seed(0)
     differ = 0
     for trial in range(60):
@@ -184,7 +187,8 @@ def test_kept_tokens_are_transformers_set(kw):
 
 
 def test_penalties_match_transformers():
-    """Repetition penalty and min_new_tokens give transformers' scores exactly (eos only until the minimum)."""
+    """Repetition penalty and min_new_tokens give transformers' scores exactly (eos only until the
+    minimum)."""
     from transformers.generation.logits_process import (
         MinNewTokensLengthLogitsProcessor,
         RepetitionPenaltyLogitsProcessor,

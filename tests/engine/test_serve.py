@@ -1,6 +1,7 @@
-"""The serving engine and `kwker serve`'s HTTP API: requests arriving over time each get what they get alone;
-cancel, a full queue and bad requests get clear answers and the server keeps serving. The ways a
-client could misuse the server are in test_serve_http.py; the load test in test_serve_load.py."""
+"""The serving engine and `kwker serve`'s HTTP API: requests arriving over time each get what they
+get alone; cancel, a full queue and bad requests get clear answers and the server keeps serving. The
+ways a client could misuse the server are in test_serve_http.py; the load test in
+test_serve_load.py."""
 
 import socket
 import threading
@@ -90,7 +91,7 @@ def test_cancel_and_queue_full(model, alone):
         assert other.tokens() == alone(PROMPTS[4], 30)
 
 
-# ------------------------------------------------------------------------------------------------------ HTTP
+# --------------------------------------------------------------------------------------------- HTTP
 @pytest.fixture(scope="module")
 def server(model, smollm2_tokenizer):
     import uvicorn

@@ -1,4 +1,5 @@
-"""stream_generate: chunks, closing stops generation, KV-cache reuse across calls, UTF-8 safe text pieces."""
+"""stream_generate: chunks, closing stops generation, KV-cache reuse across calls, UTF-8 safe text
+pieces."""
 
 import time
 
@@ -71,11 +72,12 @@ def test_a_diverging_prompt_reuses_only_the_shared_prefix_and_then_its_own_text(
 
 
 def test_generation_rate_is_the_wall_clock_the_consumer_sees():
-    """decode_s runs from the first new token to the latest: a reader that takes 20 ms per token gets a rate of at
-    most 50 tokens/s, whatever the native steps take."""
+    """decode_s runs from the first new token to the latest: a reader that takes 20 ms per token
+    gets a rate of at most 50 tokens/s, whatever the native steps take."""
     dec = make()
     t0 = time.perf_counter()
-    for chunk in dec.stream_generate(PROMPT, max_new_tokens=10, eos_token_id=[], lookup=0):  # noqa: B007 (the last is read below)
+    # the loop variable outlives the loop: the last chunk is read below
+    for chunk in dec.stream_generate(PROMPT, max_new_tokens=10, eos_token_id=[], lookup=0):  # noqa: B007
         time.sleep(0.02)
     total = time.perf_counter() - t0
     stats = chunk.stats
@@ -93,7 +95,8 @@ def test_eos_ends_the_stream():
 
 
 class ByteTokenizer:
-    """Token i is byte i; decode() shows an incomplete UTF-8 sequence as U+FFFD, as real tokenizers do."""
+    """Token i is byte i; decode() shows an incomplete UTF-8 sequence as U+FFFD, as real tokenizers
+    do."""
 
     def decode(self, ids, skip_special_tokens=True):
         return bytes(ids).decode("utf-8", errors="replace")

@@ -1,6 +1,6 @@
-"""The generation core runs without torch: importing it loads no torch, SeededGenerator draws torch's
-seeded float64 stream, so a seed samples the same tokens on the torch and the torch-free paths, and a
-decoder with returns="numpy" gives numpy results with the same values."""
+"""The generation core runs without torch: importing it loads no torch, SeededGenerator draws
+torch's seeded float64 stream, so a seed samples the same tokens on the torch and the torch-free
+paths, and a decoder with returns="numpy" gives numpy results with the same values."""
 
 import json
 import subprocess

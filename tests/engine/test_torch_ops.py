@@ -59,8 +59,8 @@ def test_same_greedy_tokens_and_close_logits(make):
         assert torch.nn.Linear.forward is not original
         with torch.no_grad():
             logits = model(PROMPT).logits
-        # every Linear ran on the native kernels (packed at its first call)... (their sums may or may
-        # not equal the BLAS's to the bit: on a Xeon with AMX, torch's sgemm gave the same bits)
+        # every Linear ran on the native kernels (packed at its first call)... (their sums may or
+        # may not equal the BLAS's to the bit: on a Xeon with AMX, torch's sgemm gave the same bits)
         linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
         assert linears and all(m in ops._packed for m in linears)
         assert (

@@ -2,8 +2,9 @@
 
 Tolerances (max abs difference relative to the largest |logit| of the reference):
   fp32 weights:           1e-4  (both compute in float32; only summation order differs)
-  bf16 / fp16 weights:    1e-4  against transformers in float32 on the same rounded weights (Kwker keeps
-                          activations in float32, so the weight rounding is the only difference)
+  bf16 / fp16 weights:    1e-4  against transformers in float32 on the same rounded weights (Kwker
+                          keeps activations in float32, so the weight rounding is the only
+                          difference)
   bf16 vs transformers bf16: 0.1 (transformers rounds every activation to bf16; Kwker does not)
 """
 

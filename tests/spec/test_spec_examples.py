@@ -9,8 +9,8 @@ HERE = Path(__file__).parent
 
 
 def page_examples(text: str) -> list[tuple[str, str]]:
-    """(code, expected output) pairs of generate-text.txt: a block opens on a line starting 'Python', ends at
-    'Output', and its output runs to the next blank line."""
+    """(code, expected output) pairs of generate-text.txt: a block opens on a line starting
+    'Python', ends at 'Output', and its output runs to the next blank line."""
     lines = text.splitlines()
     examples, i = [], 0
     while i < len(lines):
@@ -28,7 +28,8 @@ def page_examples(text: str) -> list[tuple[str, str]]:
 
 
 def markdown_examples(text: str) -> list[tuple[str, str]]:
-    """(code, expected output) pairs of a Markdown page: a ```python block followed by a ```text block."""
+    """(code, expected output) pairs of a Markdown page: a ```python block followed by a ```text
+    block."""
     return re.findall(r"```python\n(.*?)```\s*```text\n(.*?)```", text, flags=re.S)
 
 
