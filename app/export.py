@@ -98,21 +98,26 @@ def _call_summary(call: dict) -> str:
     return f"Tool call: {where} ({TOOL_STATUS.get(call['status'], call['status'])})"
 
 
-def _call_markdown(call: dict) -> str:
+def _call_parts(call: dict) -> tuple[str, str, str]:
+    """A call's summary line, arguments (JSON) and result, escaped for HTML: both exports show
+    them in a <details> block, Markdown's being HTML too."""
     args = json.dumps(call.get("arguments", {}), indent=2, ensure_ascii=False)
+    return tuple(html.escape(t) for t in (_call_summary(call), args, call.get("result", "")))
+
+
+def _call_markdown(call: dict) -> str:
+    summary, args, result = _call_parts(call)
     return (
-        f"\n\n<details><summary>{html.escape(_call_summary(call))}</summary>\n\n"
-        f"Arguments:\n\n<pre>{html.escape(args)}</pre>\n\n"
-        f"Result:\n\n<pre>{html.escape(call.get('result', ''))}</pre>\n\n</details>\n\n"
+        f"\n\n<details><summary>{summary}</summary>\n\n"
+        f"Arguments:\n\n<pre>{args}</pre>\n\nResult:\n\n<pre>{result}</pre>\n\n</details>\n\n"
     )
 
 
 def _call_html(call: dict) -> str:
-    args = json.dumps(call.get("arguments", {}), indent=2, ensure_ascii=False)
+    summary, args, result = _call_parts(call)
     return (
-        f'<details class="toolcall"><summary>{html.escape(_call_summary(call))}</summary>'
-        f"<p>Arguments</p><pre>{html.escape(args)}</pre>"
-        f"<p>Result</p><pre>{html.escape(call.get('result', ''))}</pre></details>"
+        f'<details class="toolcall"><summary>{summary}</summary>'
+        f"<p>Arguments</p><pre>{args}</pre><p>Result</p><pre>{result}</pre></details>"
     )
 
 
