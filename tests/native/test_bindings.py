@@ -1,7 +1,8 @@
-"""The native entry points refuse bad input with a clear Python error before touching memory, and stay usable after
-it: wrong dtypes and ranks, short biases, ids that do not fit int32 or are not integers, a step before the
-weights are set, thread counts past the cap, a pool whose threads cannot start. A seeded fuzz run calls every
-binding with random shapes, dtypes, lengths and ids; native/fuzz_sanitized.sh runs it under ASan + UBSan."""
+"""The native entry points refuse bad input with a clear Python error before touching memory, and
+stay usable after it: wrong dtypes and ranks, short biases, ids that do not fit int32 or are not
+integers, a step before the weights are set, thread counts past the cap, a pool whose threads cannot
+start. A seeded fuzz run calls every binding with random shapes, dtypes, lengths and ids;
+native/fuzz_sanitized.sh runs it under ASan + UBSan."""
 
 import os
 import subprocess
@@ -17,8 +18,19 @@ W = _native.WType
 
 
 def tiny_config(**kw):
-    cfg = dict(n_layer=1, n_embd=32, n_head=2, n_kv_head=1, head_dim=16, n_ff=64, vocab=50, norm_eps=1e-6,
-               attn_scale=0.25, wtype=W.F32, tied_embeddings=True)
+    cfg = dict(
+        n_layer=1,
+        n_embd=32,
+        n_head=2,
+        n_kv_head=1,
+        head_dim=16,
+        n_ff=64,
+        vocab=50,
+        norm_eps=1e-6,
+        attn_scale=0.25,
+        wtype=W.F32,
+        tied_embeddings=True,
+    )
     cfg.update(kw)
     return cfg
 
@@ -31,9 +43,16 @@ def tiny_model(threads=1, complete=True, **kw):
     cfg = tiny_config(**kw)
     m = _native.Model(cfg, *rope(), 16, 1, 8, 4, threads)
     rng = np.random.default_rng(0)
-    shapes = {"embed": (50, 32), "layers.0.q": (32, 32), "layers.0.k": (16, 32), "layers.0.v": (16, 32),
-              "layers.0.o": (32, 32), "layers.0.gate": (64, 32), "layers.0.up": (64, 32),
-              "layers.0.down": (32, 64)}
+    shapes = {
+        "embed": (50, 32),
+        "layers.0.q": (32, 32),
+        "layers.0.k": (16, 32),
+        "layers.0.v": (16, 32),
+        "layers.0.o": (32, 32),
+        "layers.0.gate": (64, 32),
+        "layers.0.up": (64, 32),
+        "layers.0.down": (32, 64),
+    }
     for name, shape in shapes.items():
         if complete or name != "layers.0.down":
             m.set_matrix(name, rng.standard_normal(shape).astype(np.float32), W.F32)
@@ -48,8 +67,12 @@ def ids(*values, dtype=np.int32):
 
 def step(m, tokens=(1, 2), dtype=np.int32):
     n = len(tokens)
-    return m.step(ids(*tokens, dtype=dtype), ids(*[0] * n, dtype=dtype), ids(*range(n), dtype=dtype),
-                  ids(n - 1, dtype=dtype))
+    return m.step(
+        ids(*tokens, dtype=dtype),
+        ids(*[0] * n, dtype=dtype),
+        ids(*range(n), dtype=dtype),
+        ids(n - 1, dtype=dtype),
+    )
 
 
 def test_a_step_before_the_weights_are_set_is_an_error_and_the_model_works_once_they_are():
@@ -60,15 +83,18 @@ def test_a_step_before_the_weights_are_set_is_an_error_and_the_model_works_once_
     assert step(m).shape == (1,)
 
 
-@pytest.mark.parametrize("bad, error, match", [
-    (ids(2**32 + 5, dtype=np.int64), ValueError, "does not fit in int32"),
-    (np.array([1.7]), TypeError, "int32 or int64"),
-    (np.array([1], np.uint8), TypeError, "int32 or int64"),
-    (np.array([[1]], np.int32), ValueError, "1-D"),
-    ([1], TypeError, "numpy array"),
-    (ids(50), ValueError, "outside the vocabulary"),
-    (ids(-1), ValueError, "outside the vocabulary"),
-])
+@pytest.mark.parametrize(
+    "bad, error, match",
+    [
+        (ids(2**32 + 5, dtype=np.int64), ValueError, "does not fit in int32"),
+        (np.array([1.7]), TypeError, "int32 or int64"),
+        (np.array([1], np.uint8), TypeError, "int32 or int64"),
+        (np.array([[1]], np.int32), ValueError, "1-D"),
+        ([1], TypeError, "numpy array"),
+        (ids(50), ValueError, "outside the vocabulary"),
+        (ids(-1), ValueError, "outside the vocabulary"),
+    ],
+)
 def test_bad_token_ids_are_refused_and_the_model_still_steps(bad, error, match):
     m = tiny_model()
     good = step(m, (3,))
@@ -108,8 +134,8 @@ def test_weights_of_the_wrong_dtype_rank_or_size_are_refused():
         m.set_matrix("layers.0.q", np.zeros((31, 32), np.float32), W.Q8)
     with pytest.raises(ValueError, match="bias of layers.0.q has 31 values"):
         m.set_matrix("layers.0.q", np.zeros((32, 32), np.float32), W.F32, np.zeros(31, np.float32))
-    with pytest.raises(TypeError):
-        m.set_matrix("layers.0.q", np.zeros((32, 32), np.float32), 0)  # weight types are the enum, not ints
+    with pytest.raises(TypeError):  # weight types are the enum, not ints
+        m.set_matrix("layers.0.q", np.zeros((32, 32), np.float32), 0)
     with pytest.raises(ValueError, match="wrong size"):
         m.set_norm("norm", np.ones(31, np.float32))
     with pytest.raises(ValueError, match="unknown weight"):
@@ -123,8 +149,13 @@ def test_the_kernel_entry_points_check_before_reading():
     with pytest.raises(ValueError, match="bias has 4 values, expected 5"):
         _native.kernel_matmul("generic", x, w, W.F32, np.zeros(4, np.float32))  # used to over-read
     with pytest.raises(ValueError, match="2-D"):
-        _native.kernel_attend("generic", np.ones(8, np.float32), np.ones((3, 8), np.float32),
-                              np.ones((3, 8), np.float32), 0.1)
+        _native.kernel_attend(
+            "generic",
+            np.ones(8, np.float32),
+            np.ones((3, 8), np.float32),
+            np.ones((3, 8), np.float32),
+            0.1,
+        )
     with pytest.raises(TypeError):
         _native.kernel_glu("generic", np.ones(8, np.float32), np.ones(8, np.float32), 1)
 
@@ -147,8 +178,12 @@ def test_thread_counts_are_capped():
 
 
 def test_sizes_that_would_overflow_a_buffer_are_refused():
-    for kw, match in ((dict(n_layer=10**6), "n_layer"), (dict(vocab=2**30), "vocab"),
-                      (dict(n_head=3, n_kv_head=2), "multiple of n_kv_head"), (dict(head_dim=17), "head_dim")):
+    for kw, match in (
+        (dict(n_layer=10**6), "n_layer"),
+        (dict(vocab=2**30), "vocab"),
+        (dict(n_head=3, n_kv_head=2), "multiple of n_kv_head"),
+        (dict(head_dim=17), "head_dim"),
+    ):
         with pytest.raises(ValueError, match=match):
             _native.Model(tiny_config(**kw), *rope(), 16, 1, 8, 4, 1)
     with pytest.raises(ValueError, match="max_cache_len"):
@@ -158,8 +193,8 @@ def test_sizes_that_would_overflow_a_buffer_are_refused():
 
 
 def test_a_pool_whose_threads_cannot_start_fails_cleanly():
-    """With the address space capped, thread stacks cannot be mapped: the pool must stop the workers it did start
-    and raise, not hang in its cleanup (run in a child, with a timeout)."""
+    """With the address space capped, thread stacks cannot be mapped: the pool must stop the workers
+    it did start and raise, not hang in its cleanup (run in a child, with a timeout)."""
     code = """
 import resource
 from kwker import _native
@@ -179,7 +214,7 @@ else:
     assert out.stdout.startswith("refused:"), out.stdout
 
 
-# ------------------------------------------------------------------------------------------------ fuzz
+# --------------------------------------------------------------------------------------------- fuzz
 DTYPES = [np.float32, np.float64, np.int32, np.int64, np.uint8, np.uint16, np.int16, np.bool_]
 
 
@@ -198,7 +233,11 @@ def random_array(rng, shape, dtype=None):
 
 def random_ids(rng, n, high):
     values = rng.integers(-2, high + 3, n) if rng.random() < 0.3 else rng.integers(0, high, n)
-    dtype = [np.int32, np.int64, np.int64, np.uint8, np.float32][rng.integers(5)] if rng.random() < 0.3 else np.int32
+    dtype = (
+        [np.int32, np.int64, np.int64, np.uint8, np.float32][rng.integers(5)]
+        if rng.random() < 0.3
+        else np.int32
+    )
     return values.astype(dtype)
 
 
@@ -210,8 +249,14 @@ def fuzz_kernels(rng, isa):
     if call == 0:
         bias = random_array(rng, (n,), np.float32) if rng.random() < 0.5 else None
         panels = (int(rng.integers(-1, 4)), int(rng.integers(-1, 4)))
-        _native.kernel_matmul(isa, random_array(rng, (m, k), np.float32), random_array(rng, (n, k), wdtype), wt,
-                              bias, panels)
+        _native.kernel_matmul(
+            isa,
+            random_array(rng, (m, k), np.float32),
+            random_array(rng, (n, k), wdtype),
+            wt,
+            bias,
+            panels,
+        )
     elif call == 1:
         _native.kernel_weights(random_array(rng, (n, k), wdtype), wt)
     elif call == 2:
@@ -219,41 +264,73 @@ def fuzz_kernels(rng, isa):
     elif call == 3:
         g, nt = int(rng.integers(1, 5)), int(rng.integers(1, 3))
         ends = sorted(int(e) for e in rng.integers(-1, n + 2, nt)) if rng.random() < 0.5 else []
-        first = int(rng.integers(-1, n + 1)) if rng.random() < 0.5 else [int(f) for f in rng.integers(0, 3, nt)]
-        _native.kernel_attend(isa, random_array(rng, (g * max(1, len(ends)), k), np.float32),
-                              random_array(rng, (n, k), np.float32), random_array(rng, (n, k), np.float32),
-                              0.1, first, bool(rng.random() < 0.5), ends, int(rng.integers(-1, 4)))
+        first = (
+            int(rng.integers(-1, n + 1))
+            if rng.random() < 0.5
+            else [int(f) for f in rng.integers(0, 3, nt)]
+        )
+        _native.kernel_attend(
+            isa,
+            random_array(rng, (g * max(1, len(ends)), k), np.float32),
+            random_array(rng, (n, k), np.float32),
+            random_array(rng, (n, k), np.float32),
+            0.1,
+            first,
+            bool(rng.random() < 0.5),
+            ends,
+            int(rng.integers(-1, 4)),
+        )
     elif call == 4:
-        _native.kernel_glu(isa, random_array(rng, (n,), np.float32), random_array(rng, (n,), np.float32),
-                           _native.Activation.GeluTanh)
+        _native.kernel_glu(
+            isa,
+            random_array(rng, (n,), np.float32),
+            random_array(rng, (n,), np.float32),
+            _native.Activation.GeluTanh,
+        )
     elif call == 5:
         _native.kernel_to_f16(isa, random_array(rng, (n,), np.float32))
     else:
         t = float(rng.choice([0.7, 1.0, 0.0, -1.0, np.inf, np.nan]))
         _native.kernel_softmax_stats(isa, random_array(rng, (n,), np.float32), t, 9.0)
-        _native.softmax_stats(random_array(rng, (n,), np.float32), t, float(rng.choice([9.0, -1.0])))
+        _native.softmax_stats(
+            random_array(rng, (n,), np.float32), t, float(rng.choice([9.0, -1.0]))
+        )
 
 
 def fuzz_model(rng, model):
-    """A step, a weight or a norm, with random ids and arrays, on a complete tiny model; then a good step."""
+    """A step, a weight or a norm, with random ids and arrays, on a complete tiny model; then a good
+    step."""
     call = rng.integers(3)
     if call == 0:
         t = int(rng.integers(0, 10))
-        model.step(random_ids(rng, t, 50), random_ids(rng, t, 1), random_ids(rng, t, 16),
-                   random_ids(rng, int(rng.integers(0, 3)), max(t, 1)))
+        model.step(
+            random_ids(rng, t, 50),
+            random_ids(rng, t, 1),
+            random_ids(rng, t, 16),
+            random_ids(rng, int(rng.integers(0, 3)), max(t, 1)),
+        )
     elif call == 1:
-        name = str(rng.choice(["layers.0.q", "layers.0.down", "embed", "lm_head", "layers.1.q", "layers.x.q"]))
+        name = str(
+            rng.choice(
+                ["layers.0.q", "layers.0.down", "embed", "lm_head", "layers.1.q", "layers.x.q"]
+            )
+        )
         wt = list(W.__members__.values())[rng.integers(5)]
         shape = {"layers.0.down": (32, 64), "layers.0.q": (32, 32)}.get(name, (50, 32))
-        model.set_matrix(name, random_array(rng, shape, np.uint16 if wt in (W.BF16, W.F16) else np.float32), wt)
+        model.set_matrix(
+            name, random_array(rng, shape, np.uint16 if wt in (W.BF16, W.F16) else np.float32), wt
+        )
     else:
-        model.set_norm(str(rng.choice(["norm", "layers.0.attn_norm", "layers.3.mlp_norm"])),
-                       random_array(rng, (32,), np.float32))
+        model.set_norm(
+            str(rng.choice(["norm", "layers.0.attn_norm", "layers.3.mlp_norm"])),
+            random_array(rng, (32,), np.float32),
+        )
 
 
 def test_fuzz_the_bindings_never_crash():
-    """Seeded random calls of every binding: each returns or raises a Python error, and the model still steps
-    afterwards. KWKER_FUZZ_ITERATIONS sets the length (the sanitizer run takes thousands)."""
+    """Seeded random calls of every binding: each returns or raises a Python error, and the model
+    still steps afterwards. KWKER_FUZZ_ITERATIONS sets the length (the sanitizer run takes
+    thousands)."""
     iterations = int(os.environ.get("KWKER_FUZZ_ITERATIONS", "400"))
     rng = np.random.default_rng(int(os.environ.get("KWKER_FUZZ_SEED", "2026")))
     isas = [i for i in ("generic", "avx2", "avx512", "avx512-emulated") if _native.isa_supported(i)]
@@ -268,7 +345,8 @@ def test_fuzz_the_bindings_never_crash():
             outcomes["ok"] += 1
         except ERRORS:
             outcomes["refused"] += 1
-        if i % 50 == 49:  # the model survives whatever came before (a weight replaced by another is fine)
+        # the model survives whatever came before (a weight replaced by another is fine)
+        if i % 50 == 49:
             if model is not None:
                 try:
                     model.check_complete()

@@ -2,7 +2,8 @@
 rows in the same step (their K/V written to both caches, Model.step's `also`) gives every row the
 logits, bit for bit, that the branch's text gives alone; the caches it leaves hold the bits plain
 steps would; Model.copy_cache moves K/V between slots; Model.propose's alternatives (each token's
-probability and the runner-up) are the full softmax's. On every ISA, at the float and int4 formats."""
+probability and the runner-up) are the full softmax's. On every ISA, at the float and int4
+formats."""
 
 import numpy as np
 import pytest

@@ -1,5 +1,6 @@
-"""Every ISA's kernels against the portable reference, on awkward sizes, with a named tolerance per format; and
-the property the exactness promise rests on: a row's result does not depend on how many rows share the call."""
+"""Every ISA's kernels against the portable reference, on awkward sizes, with a named tolerance per
+format; and the property the exactness promise rests on: a row's result does not depend on how many
+rows share the call."""
 
 import numpy as np
 import pytest
@@ -7,13 +8,19 @@ import torch
 
 from kwker import _native
 
-# The AVX-512 source runs natively where the CPU has AVX-512, else compiled on SIMDe's portable intrinsics.
+# The AVX-512 source runs natively where the CPU has AVX-512, else compiled on SIMDe's portable
+# intrinsics.
 AVX512 = "avx512" if _native.isa_supported("avx512") else "avx512-emulated"
 ISAS = ["generic", "avx2", AVX512]
 SIZES = [1, 3, 7, 17, 31, 33, 127, 129]
-WTYPES = {"f32": (_native.WType.F32, torch.float32), "bf16": (_native.WType.BF16, torch.bfloat16),
-          "f16": (_native.WType.F16, torch.float16), "q8": (_native.WType.Q8, None), "q4": (_native.WType.Q4, None),
-          "bf16p": (_native.WType.BF16P, torch.bfloat16)}
+WTYPES = {
+    "f32": (_native.WType.F32, torch.float32),
+    "bf16": (_native.WType.BF16, torch.bfloat16),
+    "f16": (_native.WType.F16, torch.float16),
+    "q8": (_native.WType.Q8, None),
+    "q4": (_native.WType.Q4, None),
+    "bf16p": (_native.WType.BF16P, torch.bfloat16),
+}
 EPS32 = np.finfo(np.float32).eps
 
 
@@ -23,7 +30,8 @@ def needs(isa):
 
 
 def weights(n, k, wtype, rng):
-    """(array to pass, the weights as the kernel sees them after rounding or quantizing to the format)."""
+    """(array to pass, the weights as the kernel sees them after rounding or quantizing to the
+    format)."""
     w = rng.standard_normal((n, k)).astype(np.float32)
     code, dtype = WTYPES[wtype]
     if dtype is None:  # quantized formats take float32 and quantize at packing
@@ -34,13 +42,17 @@ def weights(n, k, wtype, rng):
 
 
 def bf16_activations(x):
-    """x as the BF16P matmul reads it: rounded to bf16 (torch's rounding), subnormals to zero of their sign."""
-    x = np.where(np.abs(x) < np.finfo(np.float32).tiny, np.copysign(np.float32(0), x), x).astype(np.float32)
+    """x as the BF16P matmul reads it: rounded to bf16 (torch's rounding), subnormals to zero of
+    their sign."""
+    x = np.where(np.abs(x) < np.finfo(np.float32).tiny, np.copysign(np.float32(0), x), x).astype(
+        np.float32
+    )
     return torch.from_numpy(x).to(torch.bfloat16).float().numpy()
 
 
 def gamma_bound(x, w_exact, k):
-    """Worst-case float32 rounding of a k-term dot product: k * eps * sum |x_i w_i| (Higham's gamma_k)."""
+    """Worst-case float32 rounding of a k-term dot product: k * eps * sum |x_i w_i| (Higham's
+    gamma_k)."""
     return (k + 2) * EPS32 * (np.abs(x).astype(np.float64) @ np.abs(w_exact).T)
 
 
@@ -55,7 +67,8 @@ def test_matmul_matches_float64_within_rounding_bound(isa, wtype, k):
     raw, exact = weights(n, k, wtype, rng)
     bias = rng.standard_normal(n).astype(np.float32)
     y = _native.kernel_matmul(isa, x, raw, WTYPES[wtype][0], bias)
-    if WTYPES[wtype][1] is None:  # quantized weights meet activations quantized per row and block of 32
+    # quantized weights meet activations quantized per row and block of 32
+    if WTYPES[wtype][1] is None:
         x = _native.kernel_quantized_activations(x)
     if wtype == "bf16p":  # the bf16 dot product rounds the activations to bf16
         x = bf16_activations(x)
@@ -74,7 +87,9 @@ def test_matmul_rows_are_batch_invariant(isa, wtype, m):
     x = rng.standard_normal((m, k)).astype(np.float32)
     raw, _ = weights(n, k, wtype, rng)
     together = _native.kernel_matmul(isa, x, raw, WTYPES[wtype][0])
-    alone = np.concatenate([_native.kernel_matmul(isa, x[t:t + 1], raw, WTYPES[wtype][0]) for t in range(m)])
+    alone = np.concatenate(
+        [_native.kernel_matmul(isa, x[t : t + 1], raw, WTYPES[wtype][0]) for t in range(m)]
+    )
     assert np.array_equal(together, alone)
 
 
@@ -82,9 +97,9 @@ def test_matmul_rows_are_batch_invariant(isa, wtype, m):
 @pytest.mark.parametrize("wtype", list(WTYPES))
 @pytest.mark.parametrize("m", [1, 2, 3, 5, 7, 8])
 def test_matmul_panel_ranges_give_the_whole_calls_bits(isa, wtype, m):
-    """A call over panels [p0, p1) (a thread's share) computes exactly those outputs of the whole call: one- and
-    two-row calls stream a range's panels in strided tiles, and 3-8 rows of a 2-byte format take groups of 3 or 4
-    panels, so every range length and offset is its own tiling."""
+    """A call over panels [p0, p1) (a thread's share) computes exactly those outputs of the whole
+    call: one- and two-row calls stream a range's panels in strided tiles, and 3-8 rows of a 2-byte
+    format take groups of 3 or 4 panels, so every range length and offset is its own tiling."""
     needs(isa)
     rng = np.random.default_rng(m)
     k, n = 97, 13 * 16 - 5  # 13 panels, the last one partial
@@ -126,7 +141,8 @@ def test_attend_matches_softmax_attention(isa, n, hd, g):
 @pytest.mark.parametrize("first", [1, 15, 16, 17, 40, 128])
 @pytest.mark.parametrize("g", [1, 3])
 def test_attend_sliding_window_matches_attention_over_the_window(isa, first, g):
-    """Keys before `first` (a sliding window's start, inside or at a panel edge) take no part at all."""
+    """Keys before `first` (a sliding window's start, inside or at a panel edge) take no part at
+    all."""
     needs(isa)
     n = 129
     rng = np.random.default_rng(first * 7 + g)
@@ -143,7 +159,8 @@ def test_attend_sliding_window_matches_attention_over_the_window(isa, first, g):
 @pytest.mark.parametrize("n", [1, 17, 129])
 @pytest.mark.parametrize("g", [1, 3])
 def test_attend_on_an_fp16_cache_matches_attention_on_rounded_keys_and_values(isa, n, g):
-    """kv_f16: the cache holds keys and values rounded to fp16 (nearest even); attention on them is float32."""
+    """kv_f16: the cache holds keys and values rounded to fp16 (nearest even); attention on them is
+    float32."""
     needs(isa)
     rng = np.random.default_rng(n + 10 * g)
     q = rng.standard_normal((g, 48)).astype(np.float32)
@@ -161,8 +178,12 @@ def test_attend_on_an_fp16_cache_matches_attention_on_rounded_keys_and_values(is
 def test_to_f16_rounds_to_nearest_even_like_numpy(isa):
     needs(isa)
     rng = np.random.default_rng(0)
-    x = np.concatenate([rng.standard_normal(1000) * 10.0 ** rng.integers(-9, 5, 1000),
-                        [0.0, -0.0, 1e-8, 6e-5, 65504.0, 65519.0, -65520.0, 1e6, np.inf, -np.inf]]).astype(np.float32)
+    x = np.concatenate(
+        [
+            rng.standard_normal(1000) * 10.0 ** rng.integers(-9, 5, 1000),
+            [0.0, -0.0, 1e-8, 6e-5, 65504.0, 65519.0, -65520.0, 1e6, np.inf, -np.inf],
+        ]
+    ).astype(np.float32)
     with np.errstate(over="ignore"):  # 65520 and up round to inf, as they should
         want = x.astype(np.float16).view(np.uint16)
     for n in (len(x), 7, 1):  # whole vectors and tails
@@ -179,22 +200,26 @@ def test_attend_query_result_does_not_depend_on_its_group(isa):
     v = rng.standard_normal((37, 64)).astype(np.float32)
     together = _native.kernel_attend(isa, q, k, v, 0.125)
     for j in range(4):
-        assert np.array_equal(_native.kernel_attend(isa, q[j:j + 1], k, v, 0.125)[0], together[j])
+        assert np.array_equal(_native.kernel_attend(isa, q[j : j + 1], k, v, 0.125)[0], together[j])
     assert np.array_equal(_native.kernel_attend(isa, q[1:3], k, v, 0.125), together[1:3])
 
 
 @pytest.mark.parametrize("isa", ISAS)
-@pytest.mark.parametrize("g,ends,first", [
-    (3, [30, 31], [0, 0]),            # two prefill tokens, 3 heads each: 6 rows
-    (1, [5, 6, 7, 8, 9, 10], [0, 0, 0, 0, 0, 0]),  # six tokens of one head
-    (2, [17, 18, 19], [0, 0, 0]),     # keys across a panel edge
-    (2, [40, 41, 42], [8, 9, 10]),    # sliding window: every row starts elsewhere
-    (3, [20, 129], [0, 100]),         # windows with no key in common
-    (1, [1, 2, 3], [0, 0, 0]),        # the first keys of a sequence
-])
+@pytest.mark.parametrize(
+    "g,ends,first",
+    [
+        (3, [30, 31], [0, 0]),  # two prefill tokens, 3 heads each: 6 rows
+        (1, [5, 6, 7, 8, 9, 10], [0, 0, 0, 0, 0, 0]),  # six tokens of one head
+        (2, [17, 18, 19], [0, 0, 0]),  # keys across a panel edge
+        (2, [40, 41, 42], [8, 9, 10]),  # sliding window: every row starts elsewhere
+        (3, [20, 129], [0, 100]),  # windows with no key in common
+        (1, [1, 2, 3], [0, 0, 0]),  # the first keys of a sequence
+    ],
+)
 def test_attend_run_of_tokens_gives_each_row_its_own_bits(isa, g, ends, first):
-    """Several query tokens of one sequence in one call (prefill, a verify step): each row is the same bits as
-    when its token is attended alone (and close to float64 attention over its own keys)."""
+    """Several query tokens of one sequence in one call (prefill, a verify step): each row is the
+    same bits as when its token is attended alone (and close to float64 attention over its own
+    keys)."""
     needs(isa)
     rng = np.random.default_rng(sum(ends) + g)
     nt, n = len(ends), max(ends)
@@ -205,25 +230,32 @@ def test_attend_run_of_tokens_gives_each_row_its_own_bits(isa, g, ends, first):
         together = _native.kernel_attend(isa, q, k, v, 0.125, first, kv_f16=kv_f16, ends=ends)
         for t in range(nt):
             rows = slice(t * g, (t + 1) * g)
-            alone = _native.kernel_attend(isa, q[rows], k[:ends[t]], v[:ends[t]], 0.125, first[t], kv_f16=kv_f16)
+            alone = _native.kernel_attend(
+                isa, q[rows], k[: ends[t]], v[: ends[t]], 0.125, first[t], kv_f16=kv_f16
+            )
             assert np.array_equal(together[rows], alone)
             if not kv_f16:
-                ref, smax = reference_attention(q[rows], k[first[t]:ends[t]], v[first[t]:ends[t]], 0.125)
+                ref, smax = reference_attention(
+                    q[rows], k[first[t] : ends[t]], v[first[t] : ends[t]], 0.125
+                )
                 assert np.allclose(alone, ref, rtol=0, atol=2e-5 * np.abs(v).max() * max(1.0, smax))
 
 
 @pytest.mark.parametrize("isa", ISAS)
-@pytest.mark.parametrize("g,ends,first,hd", [
-    (3, [], [0], 64),                  # one token, 3 heads (the 1-token step)
-    (1, [], [37], 64),                 # a sliding window starting inside a panel
-    (2, [200, 201], [0, 150], 80),     # two tokens, different windows; columns past head_dim
-    (3, [20, 129], [0, 100], 64),      # no key in common
-    (4, [], [0], 128),
-])
+@pytest.mark.parametrize(
+    "g,ends,first,hd",
+    [
+        (3, [], [0], 64),  # one token, 3 heads (the 1-token step)
+        (1, [], [37], 64),  # a sliding window starting inside a panel
+        (2, [200, 201], [0, 150], 80),  # two tokens, different windows; columns past head_dim
+        (3, [20, 129], [0, 100], 64),  # no key in common
+        (4, [], [0], 128),
+    ],
+)
 @pytest.mark.parametrize("panels_per_part", [1, 3, 8])
 def test_attend_in_parts_gives_the_bits_of_the_whole_call(isa, g, ends, first, hd, panels_per_part):
-    """The parts threads share (key panels, rows, output columns; here taken in reverse order) give attend()'s
-    bits, on float32 and fp16 caches."""
+    """The parts threads share (key panels, rows, output columns; here taken in reverse order) give
+    attend()'s bits, on float32 and fp16 caches."""
     needs(isa)
     n = max(ends) if ends else 300
     rng = np.random.default_rng(n + g + hd)
@@ -232,19 +264,22 @@ def test_attend_in_parts_gives_the_bits_of_the_whole_call(isa, g, ends, first, h
     v = rng.standard_normal((n, hd)).astype(np.float32)
     for kv_f16 in (False, True):
         whole = _native.kernel_attend(isa, q, k, v, 0.1, first, kv_f16=kv_f16, ends=ends)
-        parts = _native.kernel_attend(isa, q, k, v, 0.1, first, kv_f16=kv_f16, ends=ends,
-                                      panels_per_part=panels_per_part)
+        parts = _native.kernel_attend(
+            isa, q, k, v, 0.1, first, kv_f16=kv_f16, ends=ends, panels_per_part=panels_per_part
+        )
         assert np.array_equal(parts, whole)
-        ref, smax = reference_attention(q[:g], k[first[0]:(ends or [n])[0]], v[first[0]:(ends or [n])[0]], 0.1)
+        ref, smax = reference_attention(
+            q[:g], k[first[0] : (ends or [n])[0]], v[first[0] : (ends or [n])[0]], 0.1
+        )
         if not kv_f16:
             assert np.allclose(parts[:g], ref, rtol=0, atol=2e-5 * np.abs(v).max() * max(1.0, smax))
 
 
 @pytest.mark.parametrize("m", [7, 40])
 def test_matmul_is_identical_across_isas(m):
-    """Every ISA runs the same FMA chain per output (over k for float weights, over blocks of exact integer dot
-    products for quantized ones), so the results match the reference bit for bit. 40 rows: the tiles of a Q4
-    panel share it unpacked to bytes."""
+    """Every ISA runs the same FMA chain per output (over k for float weights, over blocks of exact
+    integer dot products for quantized ones), so the results match the reference bit for bit. 40
+    rows: the tiles of a Q4 panel share it unpacked to bytes."""
     rng = np.random.default_rng(11)
     for k in SIZES:
         x = rng.standard_normal((m, k)).astype(np.float32)
@@ -253,15 +288,17 @@ def test_matmul_is_identical_across_isas(m):
             ref = _native.kernel_matmul("generic", x, raw, WTYPES[wtype][0])
             for isa in ISAS[1:]:
                 if _native.isa_supported(isa):
-                    assert np.array_equal(_native.kernel_matmul(isa, x, raw, WTYPES[wtype][0]), ref), (isa, k)
+                    assert np.array_equal(
+                        _native.kernel_matmul(isa, x, raw, WTYPES[wtype][0]), ref
+                    ), (isa, k)
 
 
 @pytest.mark.parametrize("wtype", ["q8", "q4"])
 @pytest.mark.parametrize("m", [2, 3, 4, 5, 6, 7, 8, 9, 12, 13, 47, 48, 49, 61])
 def test_quantized_gemm_tiles_are_identical_across_isas(wtype, m):
-    """The AVX-512 VNNI GEMM (two rows or more: tiles of up to 6 (Q4) or 5 (Q8) tokens x 4 panels, the panels
-    left over in tiles of 1-3, rows in blocks of 48) gives the reference's bits for every row count, panel
-    remainder and block count; and every row is its own alone."""
+    """The AVX-512 VNNI GEMM (two rows or more: tiles of up to 6 (Q4) or 5 (Q8) tokens x 4 panels,
+    the panels left over in tiles of 1-3, rows in blocks of 48) gives the reference's bits for every
+    row count, panel remainder and block count; and every row is its own alone."""
     rng = np.random.default_rng(100 + m)
     for k, n in [(32, 16), (97, 9 * 16 - 3), (129, 6 * 16), (576, 7 * 16 + 1)]:
         x = rng.standard_normal((m, k)).astype(np.float32)
@@ -271,19 +308,24 @@ def test_quantized_gemm_tiles_are_identical_across_isas(wtype, m):
             if _native.isa_supported(isa):
                 y = _native.kernel_matmul(isa, x, raw, WTYPES[wtype][0])
                 assert np.array_equal(y, ref), (isa, k, n)
-        alone = np.concatenate([_native.kernel_matmul(AVX512, x[t:t + 1], raw, WTYPES[wtype][0]) for t in range(m)])
+        alone = np.concatenate(
+            [_native.kernel_matmul(AVX512, x[t : t + 1], raw, WTYPES[wtype][0]) for t in range(m)]
+        )
         assert np.array_equal(alone, ref), k
 
 
 @pytest.mark.parametrize("wtype", ["q8", "q4"])
 def test_quantized_gemm_exact_at_the_extremes_of_the_levels(wtype):
-    """Q8 on VNNI adds 128 to the activations (as unsigned bytes) and takes 128 times the weights' sum back off:
-    levels at +-127 in every position, of equal and of opposite signs, give the reference's bits."""
+    """Q8 on VNNI adds 128 to the activations (as unsigned bytes) and takes 128 times the weights'
+    sum back off: levels at +-127 in every position, of equal and of opposite signs, give the
+    reference's bits."""
     k, n = 64, 5 * 16
     rng = np.random.default_rng(7)
     signs = np.where(rng.random((n, k)) < 0.5, -1.0, 1.0).astype(np.float32)
     w = np.concatenate([np.ones((16, k)), -np.ones((16, k)), signs[:48]]).astype(np.float32)
-    x = np.stack([np.ones(k), -np.ones(k), signs[0], -signs[1], np.full(k, 1e-30)]).astype(np.float32)
+    x = np.stack([np.ones(k), -np.ones(k), signs[0], -signs[1], np.full(k, 1e-30)]).astype(
+        np.float32
+    )
     ref = _native.kernel_matmul("generic", x, w, WTYPES[wtype][0])
     for isa in ISAS[1:]:
         if _native.isa_supported(isa):
@@ -314,16 +356,22 @@ def test_gelu_tanh_mul_matches_torch(isa, n):
     out = _native.kernel_glu(isa, g, u, _native.Activation.GeluTanh)
     g64 = g.astype(np.float64)
     z = 2 * np.sqrt(2 / np.pi) * (g64 + 0.044715 * g64**3)
-    gelu = g64 / (1 + np.exp(-z))  # = 0.5 x (1 + tanh(z / 2)) without the cancellation in the far tail
-    assert np.allclose(gelu, torch.nn.functional.gelu(torch.from_numpy(g64), approximate="tanh").numpy(),
-                       rtol=0, atol=1e-12)
+    # = 0.5 x (1 + tanh(z / 2)) without the cancellation in the far tail
+    gelu = g64 / (1 + np.exp(-z))
+    assert np.allclose(
+        gelu,
+        torch.nn.functional.gelu(torch.from_numpy(g64), approximate="tanh").numpy(),
+        rtol=0,
+        atol=1e-12,
+    )
     # float32 carries ~|z| ulp of absolute error in z, which becomes relative error of the tail
     assert np.all(np.abs(out - gelu * u) <= 8 * EPS32 * (1 + np.abs(z)) * np.abs(gelu * u) + 1e-30)
 
 
 def plain_quantize(blk, wtype):
-    """Per-block quantization with the plain step, scale (and min) rounded to fp16: q8 symmetric, amax / 127 over
-    [-127, 127]; q4 asymmetric (as ggml's Q4_1), min + (max - min) / 15 * [0, 15]."""
+    """Per-block quantization with the plain step, scale (and min) rounded to fp16: q8 symmetric,
+    amax / 127 over [-127, 127]; q4 asymmetric (as ggml's Q4_1),
+    min + (max - min) / 15 * [0, 15]."""
     f16 = lambda a: a.astype(np.float16).astype(np.float64)  # noqa: E731
     if wtype == "q8":
         d = f16(np.abs(blk).max(axis=1, keepdims=True) / 127)
@@ -338,9 +386,10 @@ def plain_quantize(blk, wtype):
 @pytest.mark.parametrize("wtype", ["q8", "q4"])
 @pytest.mark.parametrize("k", [32, 33, 64, 100])
 def test_quantize_round_trip_bound(wtype, k):
-    """Per block of 32 with an fp16 scale (and min), the packer searches the step (least squares around the plain
-    one): its squared error is never above the plain step's (fp16 rounding aside), and every value stays within
-    1.5 plain steps. Rows are offset from zero, where an asymmetric int4 keeps its 16 levels."""
+    """Per block of 32 with an fp16 scale (and min), the packer searches the step (least squares
+    around the plain one): its squared error is never above the plain step's (fp16 rounding aside),
+    and every value stays within 1.5 plain steps. Rows are offset from zero, where an asymmetric
+    int4 keeps its 16 levels."""
     rng = np.random.default_rng(k)
     w = (rng.standard_normal((21, k)) * rng.uniform(0.01, 10, (21, 1))).astype(np.float32)
     w[::3] += 2 * np.abs(w[::3]).max(axis=1, keepdims=True)
@@ -348,9 +397,9 @@ def test_quantize_round_trip_bound(wtype, k):
     total, total_plain = 0.0, 0.0
     for c0 in range(0, k, 32):
         blk = np.zeros((21, 32))
-        blk[:, :min(32, k - c0)] = w[:, c0:c0 + 32]
+        blk[:, : min(32, k - c0)] = w[:, c0 : c0 + 32]
         dblk = np.zeros((21, 32))
-        dblk[:, :min(32, k - c0)] = deq[:, c0:c0 + 32]
+        dblk[:, : min(32, k - c0)] = deq[:, c0 : c0 + 32]
         plain, step = plain_quantize(blk, wtype)
         err, err_plain = ((blk - dblk) ** 2).sum(axis=1), ((blk - plain) ** 2).sum(axis=1)
         assert np.all(err <= err_plain * 1.01 + 1e-12)
@@ -360,8 +409,8 @@ def test_quantize_round_trip_bound(wtype, k):
 
 
 def test_q4_holds_a_scale_and_min_grid_exactly():
-    """Weights already on a 4-bit grid with an fp16 scale and min per block of 32 (ggml's Q4_1, what GGUF-sourced
-    models carry) come back unchanged: int4 adds no second rounding to them."""
+    """Weights already on a 4-bit grid with an fp16 scale and min per block of 32 (ggml's Q4_1, what
+    GGUF-sourced models carry) come back unchanged: int4 adds no second rounding to them."""
     rng = np.random.default_rng(3)
     n, k = 19, 96
     d = rng.uniform(0.001, 0.1, (n, k // 32, 1)).astype(np.float16).astype(np.float32)
@@ -374,14 +423,15 @@ def test_q4_holds_a_scale_and_min_grid_exactly():
 
 @pytest.mark.parametrize("k", [1, 31, 32, 33, 100, 129])
 def test_activation_quantization_bound(k):
-    """Activations for the int8/int4 kernels: per row and block of 32, step = amax / 127, rounded to nearest (ties
-    to even), so every value is within half a step; a block of zeros stays zero; a row's result is its own."""
+    """Activations for the int8/int4 kernels: per row and block of 32, step = amax / 127, rounded to
+    nearest (ties to even), so every value is within half a step; a block of zeros stays zero; a
+    row's result is its own."""
     rng = np.random.default_rng(k)
     x = (rng.standard_normal((6, k)) * rng.uniform(1e-3, 1e3, (6, 1))).astype(np.float32)
     x[2] = 0.0
     deq = _native.kernel_quantized_activations(x)
     for c0 in range(0, k, 32):
-        blk, dblk = x[:, c0:c0 + 32].astype(np.float64), deq[:, c0:c0 + 32].astype(np.float64)
+        blk, dblk = x[:, c0 : c0 + 32].astype(np.float64), deq[:, c0 : c0 + 32].astype(np.float64)
         step = np.abs(blk).max(axis=1, keepdims=True) / 127
         assert np.all(np.abs(blk - dblk) <= 0.5 * step * (1 + 1e-5) + 1e-30)
         assert np.all(np.abs(dblk).max(axis=1) <= np.abs(blk).max(axis=1) * (1 + 1e-6))
@@ -397,13 +447,15 @@ def test_unknown_isa_is_a_clear_error():
 @pytest.mark.parametrize("isa", ISAS)
 @pytest.mark.parametrize("k", SIZES)
 def test_activation_quantization_is_identical_across_isas(isa, k):
-    """The quantized matmuls' activations: every ISA's quantization gives the reference's bytes (levels, scales,
-    sums), including ties at half a level, all-zero blocks and values of very different magnitudes."""
+    """The quantized matmuls' activations: every ISA's quantization gives the reference's bytes
+    (levels, scales, sums), including ties at half a level, all-zero blocks and values of very
+    different magnitudes."""
     needs(isa)
     rng = np.random.default_rng(k + 7)
     x = (rng.standard_normal((9, k)) * np.exp(rng.uniform(-20, 20, (9, 1)))).astype(np.float32)
     x[1] = 0.0  # every block of a row zero
-    x[2, : min(k, 32)] = np.arange(min(k, 32)) - 15.5  # with max 127 the step is 1: ties, rounded to even
+    # with max 127 the step is 1: ties, rounded to even
+    x[2, : min(k, 32)] = np.arange(min(k, 32)) - 15.5
     x[2, 0] = 127.0
     q, d, dsum = _native.kernel_quantize(isa, x)
     rq, rd, rdsum = _native.kernel_quantize("generic", x)
@@ -422,8 +474,9 @@ def test_activation_quantization_is_identical_across_isas(isa, k):
 @pytest.mark.parametrize("isa", ISAS)
 @pytest.mark.parametrize("n", [1, 7, 8, 255, 257, 49152, 151936 + 5])
 def test_softmax_stats_match_numpy(isa, n):
-    """The sampler's native pass: the max of x / t (exactly numpy's float32 quotients), the softmax total against
-    float64 (float32 canonical sums of 256 terms: 1e-5 relative), and exactly the ids within `close` of the max."""
+    """The sampler's native pass: the max of x / t (exactly numpy's float32 quotients), the softmax
+    total against float64 (float32 canonical sums of 256 terms: 1e-5 relative), and exactly the ids
+    within `close` of the max."""
     needs(isa)
     rng = np.random.default_rng(n)
     x = (rng.standard_normal(n) * 4).astype(np.float32)
@@ -444,10 +497,10 @@ def test_softmax_stats_match_numpy(isa, n):
 
 @pytest.mark.parametrize("n", [1, 5, 16, 17, 33, 255, 256, 257, 4099])
 def test_attend_glu_quantize_and_stats_are_identical_across_isas(n):
-    """Beside the matmuls, the kernels with a reduction or an exponential (the attention's softmax, the GLU, the
-    sampler's pass) share one exp polynomial and one canonical sum order (canonical.h), and the activation
-    quantization is exact: every ISA returns the reference's bits, for any length (whole groups of 16 lanes,
-    AVX2's two registers of 8, and a tail)."""
+    """Beside the matmuls, the kernels with a reduction or an exponential (the attention's softmax,
+    the GLU, the sampler's pass) share one exp polynomial and one canonical sum order (canonical.h),
+    and the activation quantization is exact: every ISA returns the reference's bits, for any length
+    (whole groups of 16 lanes, AVX2's two registers of 8, and a tail)."""
     rng = np.random.default_rng(n)
     isas = [isa for isa in ISAS[1:] if _native.isa_supported(isa)]
     q = rng.standard_normal((3, 64)).astype(np.float32)
@@ -458,9 +511,14 @@ def test_attend_glu_quantize_and_stats_are_identical_across_isas(n):
     rows = (rng.standard_normal((3, n)) * 3).astype(np.float32)
 
     def results(isa):
-        out = [_native.kernel_attend(isa, q, k, v, 0.125, first, kv_f16=f16)
-               for first in (0, n // 3) for f16 in (False, True)]
-        out += [_native.kernel_glu(isa, x, u, act) for act in _native.Activation.__members__.values()]
+        out = [
+            _native.kernel_attend(isa, q, k, v, 0.125, first, kv_f16=f16)
+            for first in (0, n // 3)
+            for f16 in (False, True)
+        ]
+        out += [
+            _native.kernel_glu(isa, x, u, act) for act in _native.Activation.__members__.values()
+        ]
         out += list(_native.kernel_quantize(isa, rows))
         for t, close in ((1.0, 9.0), (0.7, 2.0)):
             top, total, ids = _native.kernel_softmax_stats(isa, x, t, close)
@@ -469,12 +527,13 @@ def test_attend_glu_quantize_and_stats_are_identical_across_isas(n):
 
     ref = results("generic")
     for isa in isas:
-        for i, (a, b) in enumerate(zip(results(isa), ref)):
+        for i, (a, b) in enumerate(zip(results(isa), ref, strict=True)):
             assert a.tobytes() == b.tobytes(), (isa, i)
 
 
 def test_the_samplers_pass_runs_on_kernels_chosen_once():
-    """softmax_stats (the engine's entry) runs on the process's kernels and equals every ISA's bits."""
+    """softmax_stats (the engine's entry) runs on the process's kernels and equals every ISA's
+    bits."""
     x = (np.random.default_rng(3).standard_normal(50_000) * 4).astype(np.float32)
     top, total, ids = _native.softmax_stats(x, 0.8, 9.0)
     assert _native.sampler_isa() in ("generic", "avx2", "avx512", "avx512-emulated")
@@ -487,22 +546,29 @@ def test_the_samplers_pass_runs_on_kernels_chosen_once():
         _native.softmax_stats(x.astype(np.float64), 1.0, 9.0)
 
 
-# BF16P: the bf16 dot product of VDPBF16PS (kernels.h). Every ISA gives its bits: the AVX-512 source with the
-# instruction (on SIMDe: the SDM's definition, avx512_emulated.cpp), AVX2 with two FMAs per pair under MXCSR's
-# FTZ/DAZ, the reference with fma_ftz.
+# BF16P: the bf16 dot product of VDPBF16PS (kernels.h). Every ISA gives its bits: the AVX-512 source
+# with the instruction (on SIMDe: the SDM's definition, avx512_emulated.cpp), AVX2 with two FMAs per
+# pair under MXCSR's FTZ/DAZ, the reference with fma_ftz.
 BF16P = _native.WType.BF16P
 
 
 def bf16_bits(values):
     """The bf16 bits of float32 values that bf16 holds exactly."""
-    return torch.tensor(np.asarray(values, np.float32)).to(torch.bfloat16).view(torch.int16).numpy().view(np.uint16)
+    return (
+        torch.tensor(np.asarray(values, np.float32))
+        .to(torch.bfloat16)
+        .view(torch.int16)
+        .numpy()
+        .view(np.uint16)
+    )
 
 
 @pytest.mark.parametrize("m", [2, 3, 4, 5, 6, 7, 8, 9, 12, 13, 47, 48, 49, 61])
 def test_bf16_dot_gemm_tiles_are_identical_across_isas_and_alone(m):
-    """The VDPBF16PS GEMM (two rows or more: tiles of up to 6 tokens x 4 panels, the panels left over in tiles of
-    1-3, rows in blocks of 48) gives the reference's bits for every row count and panel remainder; and every row
-    computed alone (the GEMV tiles) is the same row inside the call."""
+    """The VDPBF16PS GEMM (two rows or more: tiles of up to 6 tokens x 4 panels, the panels left
+    over in tiles of 1-3, rows in blocks of 48) gives the reference's bits for every row count and
+    panel remainder; and every row computed alone (the GEMV tiles) is the same row inside the
+    call."""
     rng = np.random.default_rng(200 + m)
     for k, n in [(32, 16), (97, 9 * 16 - 3), (129, 6 * 16), (576, 7 * 16 + 1)]:
         x = rng.standard_normal((m, k)).astype(np.float32)
@@ -511,33 +577,43 @@ def test_bf16_dot_gemm_tiles_are_identical_across_isas_and_alone(m):
         for isa in ISAS[1:]:
             if _native.isa_supported(isa):
                 assert np.array_equal(_native.kernel_matmul(isa, x, raw, BF16P), ref), (isa, k, n)
-                alone = np.concatenate([_native.kernel_matmul(isa, x[t:t + 1], raw, BF16P) for t in range(m)])
+                alone = np.concatenate(
+                    [_native.kernel_matmul(isa, x[t : t + 1], raw, BF16P) for t in range(m)]
+                )
                 assert np.array_equal(alone, ref), (isa, k, n)
 
 
 def test_bf16_dot_takes_each_pair_odd_k_first():
-    """Per pair of k the odd product is added first, as the SDM defines VDPBF16PS: with ones for weights and x =
-    [0, 1, 2^-24 + 2^-30, 2^-24], the odd-first chain 1, 1, 1 (a tie to even), 1 + 2^-23 ends one ulp below the
-    order k = 0, 1, 2, 3 of BF16 (1, 1 + 2^-23, then a tie to even: 1 + 2^-22)."""
+    """Per pair of k the odd product is added first, as the SDM defines VDPBF16PS: with ones for
+    weights and x = [0, 1, 2^-24 + 2^-30, 2^-24], the odd-first chain 1, 1, 1 (a tie to even),
+    1 + 2^-23 ends one ulp below the order k = 0, 1, 2, 3 of BF16 (1, 1 + 2^-23, then a tie to
+    even: 1 + 2^-22)."""
     x = np.array([[0.0, 1.0, 2.0**-24 + 2.0**-30, 2.0**-24]], np.float32)
     w = bf16_bits(np.ones((16, 4)))
     for isa in ISAS:
         if _native.isa_supported(isa):
             assert _native.kernel_matmul(isa, x, w, BF16P)[0, 0] == np.float32(1 + 2.0**-23), isa
-            assert _native.kernel_matmul(isa, x, w, _native.WType.BF16)[0, 0] == np.float32(1 + 2.0**-22), isa
+            assert _native.kernel_matmul(isa, x, w, _native.WType.BF16)[0, 0] == np.float32(
+                1 + 2.0**-22
+            ), isa
 
 
 def test_bf16_dot_flushes_as_vdpbf16ps():
-    """VDPBF16PS reads subnormal inputs as zero (DAZ) and flushes tiny results (FTZ), detecting tininess after
-    rounding: every ISA does the same. Columns (one output each, k = 2: the odd product first):
+    """VDPBF16PS reads subnormal inputs as zero (DAZ) and flushes tiny results (FTZ), detecting
+    tininess after rounding: every ISA does the same. Columns (one output each, k = 2: the odd
+    product first):
       0: 2^-70 x 2^-70 = 2^-140 (a subnormal product): 0, where IEEE keeps it;
-      1: 2^-63 x 2^-63 = 2^-126 (FLT_MIN, kept), then + 2^-75 x -2^-75: exactly FLT_MIN (1 - 2^-24), which
-         gradual underflow rounds up to FLT_MIN but 24 bits with an unbounded exponent do not: 0;
-      2: an activation just below FLT_MIN (f32 subnormal; rounding would make it FLT_MIN) x 2^100: 0;
+      1: 2^-63 x 2^-63 = 2^-126 (FLT_MIN, kept), then + 2^-75 x -2^-75: exactly FLT_MIN
+         (1 - 2^-24), which gradual underflow rounds up to FLT_MIN but 24 bits with an unbounded
+         exponent do not: 0;
+      2: an activation just below FLT_MIN (f32 subnormal; rounding would make it FLT_MIN)
+         x 2^100: 0;
       3: a subnormal bf16 weight (bits 0x0001) x 2^100: 0;
       4: a product that stays normal: 2^-60 x 2^-60 = 2^-120."""
     tiny_x = np.frombuffer(np.uint32(0x007FFFFF).tobytes(), np.float32)[0]
-    x = np.array([[2.0**-70, 0.0, 2.0**-75, 2.0**-63, tiny_x, 0.0, 0.0, 2.0**100, 0.0, 2.0**-60]], np.float32)
+    x = np.array(
+        [[2.0**-70, 0.0, 2.0**-75, 2.0**-63, tiny_x, 0.0, 0.0, 2.0**100, 0.0, 2.0**-60]], np.float32
+    )
     w = np.zeros((16, 10), np.uint16)
     w[0, 0] = bf16_bits([2.0**-70])[0]
     w[1, 2:4] = bf16_bits([-(2.0**-75), 2.0**-63])
@@ -556,20 +632,27 @@ def test_bf16_dot_flushes_as_vdpbf16ps():
 
 @pytest.mark.parametrize("isa", ISAS)
 def test_bf16_dot_rounds_activations_as_vcvtne2ps2bf16(isa):
-    """Activations round to nearest even (ties both ways), infinities stay, a value that rounds past the largest
-    bf16 becomes infinity, NaN stays NaN. Row r holds one value at column r; the first output sums its row with
-    weights of one, so it is the rounded value itself."""
+    """Activations round to nearest even (ties both ways), infinities stay, a value that rounds past
+    the largest bf16 becomes infinity, NaN stays NaN. Row r holds one value at column r; the first
+    output sums its row with weights of one, so it is the rounded value itself."""
     needs(isa)
-    b = lambda bits: np.frombuffer(np.asarray(bits, np.uint32).tobytes(), np.float32)
-    # 1 + half an ulp of bf16 (a tie: to even, 1), 1 + 3 half ulps (a tie: up), just above a tie, the largest
-    # floats, the infinities, a value bf16 holds
-    values = np.concatenate([b([0x3F808000, 0x3F818000, 0x3F808001, 0x7F7FFFFF, 0xFF7FFFFF]), [np.inf, -np.inf, 1.5]])
+
+    def b(bits):
+        return np.frombuffer(np.asarray(bits, np.uint32).tobytes(), np.float32)
+
+    # 1 + half an ulp of bf16 (a tie: to even, 1), 1 + 3 half ulps (a tie: up), just above a tie,
+    # the largest floats, the infinities, a value bf16 holds
+    values = np.concatenate(
+        [b([0x3F808000, 0x3F818000, 0x3F808001, 0x7F7FFFFF, 0xFF7FFFFF]), [np.inf, -np.inf, 1.5]]
+    )
     x = np.zeros((len(values) + 1, 32), np.float32)
     x[np.arange(len(values)), np.arange(len(values))] = values
     x[-1, 5] = np.nan
     w = np.zeros((16, 32), np.float32)
     w[0] = 1
     y = _native.kernel_matmul(isa, x, bf16_bits(w), BF16P)[:, 0]
-    expect = np.array([1.0, 1 + 2.0**-6, 1 + 2.0**-7, np.inf, -np.inf, np.inf, -np.inf, 1.5], np.float32)
+    expect = np.array(
+        [1.0, 1 + 2.0**-6, 1 + 2.0**-7, np.inf, -np.inf, np.inf, -np.inf, 1.5], np.float32
+    )
     assert np.array_equal(y[:-1], expect), y
     assert np.isnan(y[-1])

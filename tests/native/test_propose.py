@@ -1,6 +1,6 @@
 """Model.propose (a draft's k greedy steps in one native call) and the head subset it can read: the
-same tokens as k separate steps, the same cache, and each subset logit the full head's bits, on every
-ISA and format."""
+same tokens as k separate steps, the same cache, and each subset logit the full head's bits, on
+every ISA and format."""
 
 import numpy as np
 import pytest
