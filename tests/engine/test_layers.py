@@ -4,14 +4,12 @@ runner, sampling and precision. Every module has a layer, and the packages and m
 under kwker import each other one way only (a loop between two packages is a loop even when no
 module imports itself back)."""
 
-import ast
 from itertools import pairwise
 from pathlib import Path
 
-from test_structure import cycles
+from import_graph import NATIVE, cycles, imports, module_names
 
 PACKAGE = Path(__file__).resolve().parents[2] / "engine" / "kwker"
-NATIVE = "kwker._native"  # the extension module (no source here), at the bottom
 
 # kwker.hf, and its old modules (warning shims for one release)
 TORCH_WING = ["kwker.hf", "kwker.decode", "kwker.compiled", "kwker.hf_generate", "kwker.torch_ops"]
@@ -57,39 +55,6 @@ LAYERS = [
         ],
     ),
 ]
-
-
-def module_names(package: Path) -> dict[str, Path | None]:
-    """The package's modules by dotted name (a package by its own name, for its __init__), and
-    the native module, which has no source."""
-    names = {NATIVE: None}
-    for path in package.rglob("*.py"):
-        parts = list(path.relative_to(package.parent).with_suffix("").parts)
-        if parts[-1] == "__init__":
-            parts.pop()
-        names[".".join(parts)] = path
-    return names
-
-
-def imports(name: str, path: Path, modules: dict) -> list[tuple[str, int]]:
-    """(module, line) of each kwker module that `name` imports, ALL of its imports: at module level
-    and inside functions. `from package import submodule` counts as the submodule."""
-    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-    found = []
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Import):
-            targets = [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:  # relative: from the package, up level - 1
-                up = package.split(".")[: len(package.split(".")) - node.level + 1]
-                base = ".".join(up + ([node.module] if node.module else []))
-            subs = (f"{base}.{alias.name}" for alias in node.names)
-            targets = [sub if sub in modules else base for sub in subs]
-        else:
-            continue
-        found += [(t, node.lineno) for t in targets if t in modules and t != name]
-    return list(dict.fromkeys(found))  # one per line, however many names it takes
 
 
 def layer_of(name: str, layers=LAYERS) -> int | None:

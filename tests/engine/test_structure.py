@@ -1,71 +1,21 @@
 """The package's shape: no import cycles among kwker's modules, and the runner's private state
 stays its own."""
 
-import ast
 import re
 from pathlib import Path
 
+from import_graph import cycles, imports, module_names
+
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "engine" / "kwker"
-NATIVE = "kwker._native"  # the extension module: a submodule without source, importing nothing
-
-
-def module_names() -> dict[str, Path]:
-    """kwker's modules by dotted name (a package by its own name, for its __init__)."""
-    names = {}
-    for path in PACKAGE.rglob("*.py"):
-        parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
-        if parts[-1] == "__init__":
-            parts.pop()
-        names[".".join(parts)] = path
-    return names
-
-
-def imported(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
-    """The kwker modules that `name` imports, ALL of its imports: at module level and inside
-    functions (a lazy import closes a cycle as surely, only later). `from package import submodule`
-    counts as the submodule (`from kwker import _native` as the native module, not kwker's
-    __init__)."""
-    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-    found = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:  # relative: from the package, up level - 1
-                up = package.split(".")[: len(package.split(".")) - node.level + 1]
-                base = ".".join(up + ([node.module] if node.module else []))
-            for alias in node.names:
-                sub = f"{base}.{alias.name}"
-                found.add(sub if sub in modules or sub == NATIVE else base)
-    return {m for m in found if m in modules and m != name}
-
-
-def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
-    """One import chain per cycle found by a depth-first walk (each as [a, b, ..., a])."""
-    state, stack, found = {}, [], []
-
-    def visit(node):
-        state[node] = "open"
-        stack.append(node)
-        for nxt in sorted(graph[node]):
-            if state.get(nxt) == "open":
-                found.append(stack[stack.index(nxt) :] + [nxt])
-            elif nxt not in state:
-                visit(nxt)
-        stack.pop()
-        state[node] = "done"
-
-    for node in sorted(graph):
-        if node not in state:
-            visit(node)
-    return found
 
 
 def test_no_import_cycles():
-    modules = module_names()
-    graph = {name: imported(name, path, modules) for name, path in modules.items()}
+    modules = module_names(PACKAGE)  # the walk of the layers test, whose imports this checks too
+    graph = {
+        name: {module for module, _ in imports(name, path, modules)} if path else set()
+        for name, path in modules.items()
+    }
     assert "kwker.runner" in graph and graph["kwker.hf.decoder"]  # the walk sees the package
     assert not cycles(graph), "\n".join(" -> ".join(c) for c in cycles(graph))
 
