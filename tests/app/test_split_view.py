@@ -64,14 +64,17 @@ def run_split(qtbot, win, prompt=PROMPT):
     return view
 
 
-def assert_identical(view, source: str):
+def assert_identical(view, source: str | None):
+    """The two runs gave the same tokens, plain decoding one a step, and `source` (None: any)
+    proposed tokens that were checked."""
     plain, spec = view.stats
     assert view.tokens[0] == view.tokens[1] and len(view.tokens[0]) > 10
     assert view.difference is None and view.verdict.text().startswith(
         '<span style="color:#1a7f37">✓ identical</span>'
     )
     assert plain["proposed"] == {}  # plain decoding: one token a step
-    assert spec["proposed"].get(source, 0) > 0, spec  # speculation proposed, and it was checked
+    proposed = spec["proposed"].get(source, 0) if source else sum(spec["proposed"].values())
+    assert proposed > 0, spec  # speculation proposed, and it was checked
     assert view.columns[0].toPlainText() == view.columns[1].toPlainText() != ""
     ratio = spec["tokens_per_s"] / plain["tokens_per_s"]
     assert view.speedup.text() == f"Speedup: <b>{ratio:.2f}×</b>"
@@ -119,17 +122,22 @@ def test_identical_with_a_draft_model(qtbot, data_dir, truncated_draft):
         lambda: win.model_info is not None and win.model_info["draft"] == truncated_draft,
         timeout=LOAD_TIMEOUT_MS,
     )
+    drafted = 0
     for temperature, seed in ((0.0, -1), (0.8, 77)):
         win.model_choice.switch(temperature=temperature, seed=seed)  # the draft stays loaded
         assert win.model_info is not None
         view = run_split(qtbot, win, "Write a short poem about the sea.")  # little to look up
         assert f"draft smollm2-{DRAFT_LAYERS}-layers" in view.heads[1].text()
-        assert_identical(view, "draft")
+        # The cut draft's tokens are rarely accepted, so the controller only probes it: how often
+        # in a 40-token answer depends on the step times it measures (0-4 proposals seeded)
+        assert_identical(view, None)
+        drafted += view.stats[1]["proposed"].get("draft", 0)
         print(f"draft, temperature {temperature}: {view.stats[1]['accepted']} of "
               f"{view.stats[1]['proposed']} accepted")  # fmt: skip
         if temperature:
             view.grab().save("/tmp/issue24-split-view-draft-seed.png")
         view.close()
+    assert drafted > 0  # the draft proposed, and its tokens were checked
 
 
 @pytest.fixture

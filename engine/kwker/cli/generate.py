@@ -7,7 +7,6 @@ from pathlib import Path
 
 from kwker.api_keys import client_key
 from kwker.cli.common import progress as _progress
-from kwker.sampling import sampling_options
 from kwker.thinking import ThinkingSplitter, starts_inside, template_kwargs, thinking_format
 
 USAGE = 'usage: kwker generate [MODEL] "PROMPT"  (or the prompt on standard input)'
@@ -40,6 +39,7 @@ def cmd_generate(args) -> int:
     if args.server:
         return generate_remote(args)
     from kwker.models.loader import CHAT_MODEL, load_decoder
+    from kwker.sampling import sampling_options
 
     model_spec, prompt = _model_and_prompt(args.args)
     dec = load_decoder(
