@@ -55,8 +55,29 @@ FORMATS = {
         # weight), Q4 = 32 nibbles + an fp16 scale and min (5 bits)
         Format("Q8", 32, 34, "float32"),
         Format("Q4", 32, 20, "float32"),
+        # ggml's Q4_K blocks held exactly (only from a GGUF's Q4_K tensors): per 256 weights an
+        # fp16 scale and min and 8 six-bit sub-block scales and mins, unpacked to a byte each
+        # (4.625 bits)
+        Format("Q4K", 256, 148, "uint8"),
+        # ggml's Q6_K blocks held exactly (from a GGUF's Q6_K tensors): an fp16 scale and 16
+        # int8 sub-block scales per 256 six-bit weights (6.5625 bits, as ggml's)
+        Format("Q6K", 256, 210, "uint8"),
     )
 }
+
+
+# The native formats that hold a GGUF type's blocks exactly, used in place of the precision's own
+# format for that type: a Q4_K matrix at int4 runs as Q4K (the file's numbers, 4.625 bits a
+# weight) instead of being requantized to Q4 (5 bits); a Q6_K one as Q6K (6.5625 bits) at int4,
+# where Q4 would lose two bits, and where Q8 would hold it (8.5 bits) only nearly, in more bytes.
+KEPT_FORMATS = {("Q4", "Q4_K"): "Q4K", ("Q4", "Q6_K"): "Q6K", ("Q8", "Q6_K"): "Q6K"}
+
+
+def kept_format(fmt: str, type_name: str | None, k: int) -> str:
+    """The format a matrix of GGUF type `type_name` (None: float weights) with rows of k values
+    packs as, when its precision's format is `fmt`."""
+    kept = KEPT_FORMATS.get((fmt, type_name))
+    return kept if kept is not None and k % FORMATS[kept].block == 0 else fmt
 
 
 @dataclass(frozen=True)
@@ -103,9 +124,10 @@ PRECISIONS = {p.name: p for p in (
               transformers_dtype="bfloat16"),
     Precision("fp16", weights="float16", label="float16", matrices="F16", embeddings="F16"),
     Precision("balanced", weights="int8", label="Balanced (int8)", matrices="Q8", embeddings="Q8",
-              gguf=("Q8_0",), gguf_kept=frozenset({"Q8_0"})),
+              gguf=("Q8_0",), gguf_kept=frozenset({"Q8_0", "Q6_K"})),
     Precision("int4", weights="int4", label="int4", matrices="Q4", embeddings="Q8",
-              gguf=("Q4_0", "Q4_1"), gguf_kept=frozenset({"Q4_1", "Q8_0"}), llama_quantize=("Q4_0",)),
+              gguf=("Q4_0", "Q4_1"), gguf_kept=frozenset({"Q4_1", "Q8_0", "Q4_K", "Q6_K"}),
+              llama_quantize=("Q4_0",)),
 )}
 # fmt: on
 NAMES = tuple(PRECISIONS)

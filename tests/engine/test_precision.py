@@ -32,7 +32,12 @@ def test_formats_match_the_native_weight_types():
 
 def test_bytes_per_weight():
     bits = {name: f.bytes_per_weight * 8 for name, f in FORMATS.items()}
-    assert bits == {"F32": 32, "BF16": 16, "BF16P": 16, "F16": 16, "Q8": 8.5, "Q4": 5}
+    assert bits == {"F32": 32, "BF16": 16, "BF16P": 16, "F16": 16, "Q8": 8.5, "Q4": 5,
+                    "Q4K": 4.625, "Q6K": 6.5625}  # fmt: skip
+    from kwker import _native
+
+    for name, b in bits.items():
+        assert _native.bits_per_weight(getattr(_native.WType, name)) == b, name
     assert precision.weight_bytes("int4") == 20 / 32
     assert precision.weight_bytes(precision.AUTO) == precision.weight_bytes(None) == 4
 
@@ -91,7 +96,18 @@ def test_gguf_peers():
     assert PRECISIONS["int4"].gguf == ("Q4_0", "Q4_1") and PRECISIONS["int4"].llama_quantize == (
         "Q4_0",
     )
-    assert PRECISIONS["int4"].gguf_kept == {"Q4_1", "Q8_0"}
+    assert PRECISIONS["int4"].gguf_kept == {"Q4_1", "Q8_0", "Q4_K", "Q6_K"}
     assert (
         PRECISIONS["fp16"].gguf == ()
     )  # no peer: `kwker bench --vs llama.cpp` says so and skips it
+
+
+def test_a_ggufs_k_quants_keep_their_blocks():
+    """int4 holds a Q4_K matrix as Q4K and a Q6_K one as Q6K (int8's Q8 would hold Q6_K only
+    nearly, in more bytes); other types, float weights and rows that are not whole super-blocks
+    take the precision's own format."""
+    kept = precision.kept_format
+    assert kept("Q4", "Q4_K", 1536) == "Q4K" and kept("Q4", "Q6_K", 1536) == "Q6K"
+    assert kept("Q8", "Q6_K", 256) == "Q6K" and kept("Q8", "Q4_K", 256) == "Q8"
+    assert kept("Q4", "Q5_K", 256) == "Q4" and kept("Q4", None, 256) == "Q4"
+    assert kept("BF16", "Q4_K", 256) == "BF16" and kept("Q4", "Q4_K", 288) == "Q4"

@@ -27,7 +27,7 @@ from kwker.families import FAMILIES, llama, supported_model_types
 from kwker.loading.config import GGUF_FIELD_KEYS
 from kwker.loading.packed_cache import Recording
 from kwker.loading.sources import BadModelFile
-from kwker.precision import PRECISIONS, checked
+from kwker.precision import PRECISIONS, checked, kept_format
 from kwker.runner import DEFAULT_LOGIT_ROWS, DEFAULT_STEP_TOKENS
 
 KV_CACHE_TYPES = ("fp32", "fp16")
@@ -330,6 +330,7 @@ def load_weights(step, config, source, precision: str, recording=None) -> None:
             if bias is not None and spec.rows is not None:
                 bias = bias[spec.rows[0] : spec.rows[1]]
             fmt = embed_fmt if spec.native in ("embed", "lm_head") else matrix_fmt
+            fmt = kept_format(fmt, t.type_name, t.shape[1])
             step.set_matrix_ggml(spec.native, raw, t.ggml_type, n, t.shape[1],
                                  getattr(_native.WType, fmt), bias, t.row_order)  # fmt: skip
             if recording is not None:

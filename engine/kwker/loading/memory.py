@@ -30,7 +30,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kwker.precision import FORMATS, PRECISIONS, checked, label
+from kwker.precision import FORMATS, PRECISIONS, checked, kept_format, label
 from kwker.precision import own_precision as dtype_precision
 
 # ---- measured constants ------------------------------------------------------------------------
@@ -83,8 +83,8 @@ def panel_bytes(fmt: str, n: int, k: int) -> int:
     """Bytes of an [n, k] matrix packed as `fmt` (pack.cpp panel_bytes)."""
     f = FORMATS[fmt]
     panels = _pad(n, PANEL) // PANEL
-    if f.quantized:  # a block: PANEL rows of QBLOCK weights
-        return panels * (_pad(k) // QBLOCK) * f.block_bytes * PANEL
+    if f.quantized:  # a block: PANEL rows of f.block weights
+        return panels * (_pad(k) // f.block) * f.block_bytes * PANEL
     return panels * PANEL * _pad(k) * f.block_bytes
 
 
@@ -158,6 +158,7 @@ def estimate(
     own: str | None = None,
     tied: bool | None = None,
     tokenizer: str = "bpe",
+    types: dict | None = None,
     tokens: int | None = None,
     threads: int | None = None,
     n_slots: int = 1,
@@ -167,7 +168,8 @@ def estimate(
     """The memory of `config` (a kwker.loading.config.ModelConfig) run at `precision` (None or
     "auto": `own`, the model's own) with a cache of `context` tokens, `tokens` of them held (None:
     all). tied: lm_head is the embedding (None: as the config says). tokenizer: "bpe" or "spm"
-    (TOKENIZER_BYTES_PER_ENTRY). The other options are load_files's."""
+    (TOKENIZER_BYTES_PER_ENTRY). types: a GGUF's matrix types (matrix_sizes). The other options
+    are load_files's."""
     resolved = checked(precision) or own
     if resolved is None:
         raise ValueError("the model's own precision is not known: name a precision")
@@ -181,7 +183,7 @@ def estimate(
         context=context,
         tokens=tokens,
         kv_cache_type=kv_cache,
-        weights=_weights(c, resolved, tied),
+        weights=_weights(c, resolved, tied, types),
         kv_cache=_kv_cache(
             c.num_hidden_layers * n_slots * c.num_key_value_heads, hd, context, tokens, kv_cache
         ),  # fmt: skip
@@ -197,18 +199,23 @@ def _dims(c) -> tuple[int, int, int]:
     return hd, c.num_attention_heads * hd, c.num_key_value_heads * hd
 
 
-def matrix_sizes(c, precision: str, tied: bool) -> list[int]:
+LAYER_MATRICES = ("q", "k", "v", "o", "gate", "up", "down")
+
+
+def matrix_sizes(c, precision: str, tied: bool, types: dict | None = None) -> list[int]:
     """Packed bytes of each matrix of config c at `precision`, in the order a load sets them
     (the families' weights(): embedding, lm_head unless tied, then each layer's q, k, v, o, gate,
-    up, down)."""
+    up, down). types: a GGUF's type of each matrix by native name ("layers.0.q": "Q4_K"), for
+    the formats that hold a type's blocks exactly (kwker.precision.kept_format)."""
     p = PRECISIONS[precision]
     _, qd, kvd = _dims(c)
     e, f, v = c.hidden_size, c.intermediate_size, c.vocab_size
-    sizes = [panel_bytes(p.embeddings, v, e)] * (1 if tied else 2)
-    layer = [(qd, e), (kvd, e), (kvd, e), (e, qd), (f, e), (f, e), (e, f)]
-    return sizes + [
-        panel_bytes(p.matrices, n, k) for _ in range(c.num_hidden_layers) for n, k in layer
-    ]
+    shapes = dict(q=(qd, e), k=(kvd, e), v=(kvd, e), o=(e, qd), gate=(f, e), up=(f, e), down=(e, f))
+    named = [("embed", p.embeddings, v, e)] + ([] if tied else [("lm_head", p.embeddings, v, e)])
+    named += [(f"layers.{i}.{m}", p.matrices, *shapes[m])
+              for i in range(c.num_hidden_layers) for m in LAYER_MATRICES]  # fmt: skip
+    types = types or {}
+    return [panel_bytes(kept_format(fmt, types.get(name), k), n, k) for name, fmt, n, k in named]
 
 
 def parameters(c, tied: bool) -> int:
@@ -219,15 +226,11 @@ def parameters(c, tied: bool) -> int:
     return c.num_hidden_layers * layer + c.vocab_size * e * (1 if tied else 2)
 
 
-def packed_matrix_bytes(c, precision: str, tied: bool) -> int:
-    return sum(matrix_sizes(c, precision, tied))
-
-
-def _weights(c, precision: str, tied: bool) -> int:
+def _weights(c, precision: str, tied: bool, types: dict | None) -> int:
     """The matrices placed in weight chunks in load order, resident up to each chunk's last
     touched page, plus biases and norms."""
     chunks: list[list[int]] = []  # [size, used]
-    for b in matrix_sizes(c, precision, tied):
+    for b in matrix_sizes(c, precision, tied, types):
         b = _up(b, 64)
         if not chunks or chunks[-1][1] + b > chunks[-1][0]:
             chunks.append([max(b, WEIGHT_CHUNK), 0])
@@ -272,6 +275,11 @@ def _scratch(c, hd, qd, kvd, context, tokens, threads, max_step_tokens) -> int:
     widest = max(ep, qp, fp)
     total += _resident(steps * widest, rows * widest)  # int8 activations
     total += 2 * _resident(4 * steps * widest // QBLOCK, 4 * rows * widest // QBLOCK)
+    # the same for the Int8Super activations of Q4K matrices (int8, a float per 256, an int16 per
+    # 32), counted as written: a few KB a row
+    total += _resident(steps * widest, rows * widest)
+    total += _resident(4 * steps * (widest // 256 + 1), 4 * rows * (widest // 256 + 1))
+    total += _resident(2 * steps * widest // QBLOCK, 2 * rows * widest // QBLOCK)
     out_rows = min(LOGIT_ROWS, steps)
     vocab_row = 4 * _pad(c.vocab_size)
     total += _resident(out_rows * vocab_row, min(out_rows, LOGIT_ROWS_USED) * vocab_row)
@@ -300,10 +308,12 @@ class ModelFacts:
     own: str | None
     tied: bool
     tokenizer: str = "bpe"
+    # a GGUF's type of each matrix by native name (matrix_sizes); None for float files
+    types: dict | None = field(default=None, repr=False, compare=False)
 
     def estimate(self, precision: str | None, context: int, **options) -> MemoryEstimate:
         return estimate(self.config, precision, context, own=self.own, tied=self.tied,
-                        tokenizer=self.tokenizer, **options)  # fmt: skip
+                        tokenizer=self.tokenizer, types=self.types, **options)  # fmt: skip
 
 
 def _tokenizer_kind(config) -> str:
@@ -350,12 +360,15 @@ def facts_from_gguf(gguf) -> ModelFacts:
 
 
 def _gguf_facts(config, source) -> ModelFacts:
-    from kwker.loading.build import is_tied, own_precision
+    from kwker.loading.build import family_of, is_tied, own_precision
 
     # llama.cpp names the tokenizer's kind: "gpt2" (BPE) or "llama" (SPM)
     kind = source.file.metadata.get("tokenizer.ggml.model")
     tokenizer = {"gpt2": "bpe", "llama": "spm"}.get(kind, _tokenizer_kind(config))
-    return ModelFacts(config, own_precision(source), is_tied(config, source), tokenizer)
+    tied = is_tied(config, source)
+    types = {w.native: source.type_name(w.source)
+             for w in family_of(config).weights(config, tied=tied) if w.kind != "norm"}  # fmt: skip
+    return ModelFacts(config, own_precision(source), tied, tokenizer, types)
 
 
 def path_is_gguf(path) -> bool:

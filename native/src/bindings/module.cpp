@@ -25,7 +25,9 @@ PYBIND11_MODULE(_native, m) {
       .value("F16", kwker::WType::F16)
       .value("Q8", kwker::WType::Q8)
       .value("Q4", kwker::WType::Q4)
-      .value("BF16P", kwker::WType::BF16P);
+      .value("BF16P", kwker::WType::BF16P)
+      .value("Q4K", kwker::WType::Q4K)
+      .value("Q6K", kwker::WType::Q6K);
   py::enum_<kwker::Activation>(m, "Activation", "The MLP gate's activation")
       .value("Silu", kwker::Activation::Silu)
       .value("GeluTanh", kwker::Activation::GeluTanh);

@@ -3,9 +3,11 @@
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 
+#include "../formats/formats.h"
 #include "../formats/ggml.h"
 #include "checks.h"
 
@@ -40,9 +42,58 @@ py::array_t<float> ggml_dequantize(py::object raw_arg, int type, int rows, int k
   return out;
 }
 
+// The K format (Q4K or Q6K) that holds ggml type `name` (Q4_K or Q6_K).
+WType k_format(const std::string& name) {
+  if (name == "Q4_K") return WType::Q4K;
+  if (name == "Q6_K") return WType::Q6K;
+  throw std::invalid_argument("a K format holds Q4_K or Q6_K, not " + name);
+}
+
+void check_k_shape(int rows, int k) {
+  if (rows < 1 || k < kSuperBlock || k % kSuperBlock)
+    throw std::invalid_argument("need rows >= 1 and k a positive multiple of 256, got " +
+                                std::to_string(rows) + " x " + std::to_string(k));
+}
+
+// raw: `rows` rows of k values of ggml type `type` (Q4_K or Q6_K, uint8). Returns the packed
+// panels (Q4K or Q6K, uint8).
+py::array_t<uint8_t> k_pack(py::object raw_arg, const std::string& type, int rows, int k) {
+  const WType t = k_format(type);
+  check_k_shape(rows, k);
+  const py::array raw = bindings::byte_array(raw_arg, "raw");
+  const size_t row_bytes = size_t(k / kSuperBlock) * ggml_block_bytes(t);
+  if (size_t(raw.size()) != size_t(rows) * row_bytes)
+    throw std::invalid_argument("raw: " + std::to_string(raw.size()) + " bytes, expected " +
+                                std::to_string(size_t(rows) * row_bytes));
+  py::array_t<uint8_t> out(py::ssize_t(panel_bytes(t, rows, k)));
+  std::fill_n(out.mutable_data(), out.size(), uint8_t(0));
+  k_from_ggml(t, static_cast<const uint8_t*>(raw.data()), rows, 0, k, out.mutable_data());
+  return out;
+}
+
+// packed: the panels of `rows` rows of k values (a matrix's packed bytes, Q4K or Q6K as `type`
+// names its ggml type). Returns its rows as ggml blocks (uint8): a file's own bytes.
+py::array_t<uint8_t> k_unpack(py::object packed_arg, const std::string& type, int rows, int k) {
+  const WType t = k_format(type);
+  check_k_shape(rows, k);
+  const py::array packed = bindings::byte_array(packed_arg, "packed");
+  if (size_t(packed.size()) != panel_bytes(t, rows, k))
+    throw std::invalid_argument("packed: " + std::to_string(packed.size()) + " bytes, expected " +
+                                std::to_string(panel_bytes(t, rows, k)));
+  const size_t row_bytes = size_t(k / kSuperBlock) * ggml_block_bytes(t);
+  py::array_t<uint8_t> out(py::ssize_t(rows * row_bytes));
+  for (int r = 0; r < rows; r++)
+    ggml_from_k(t, packed.data(), r, k, out.mutable_data() + r * row_bytes);
+  return out;
+}
+
 }  // namespace
 
 void register_ggml(py::module_& m) {
+  m.def("k_pack", &k_pack, py::arg("raw"), py::arg("type"), py::arg("rows"), py::arg("k"),
+        "Q4K / Q6K panels (uint8) of ggml Q4_K / Q6_K rows: the same numbers, rearranged");
+  m.def("k_unpack", &k_unpack, py::arg("packed"), py::arg("type"), py::arg("rows"), py::arg("k"),
+        "ggml Q4_K / Q6_K rows (uint8) of Q4K / Q6K panels: a file's blocks back, bit for bit");
   py::dict types;
   for (int id = 0; id < 64; id++)
     if (const GgmlTypeInfo* t = ggml_type_info(id))

@@ -34,21 +34,53 @@ std::vector<float> pad_rows(const float* src, int rows, int cols, int stride) {
   return out;
 }
 
-// Rows [m, kp] of padded activations quantized as the model quantizes them for the Q8/Q4 kernels.
+// Rows [m, kp] of padded activations quantized as the model quantizes them for the quantized
+// kernels: per block (Q8, Q4) or per super-block (Q4K).
 struct QuantizedRows {
   std::vector<int8_t> q;
   std::vector<float> d;
   std::vector<float> dsum;
-  QuantizedRows(const float* x, int m, int kp)
-      : q(size_t(m) * kp), d(size_t(m) * kp / kQBlock), dsum(d.size()) {
-    quantize_rows(x, m, kp, kp, q.data(), d.data(), dsum.data());
+  std::vector<int16_t> sums, sums16;
+  QuantizedRows(const float* x, int m, int kp, bool super = false)
+      : q(size_t(m) * kp),
+        d(size_t(m) * kp / (super ? kSuperBlock : kQBlock)),
+        dsum(super ? 0 : d.size()),
+        sums(super ? size_t(m) * kp / kQBlock : 0),
+        sums16(super ? size_t(m) * kp / 16 : 0) {
+    if (super)
+      quantize_rows_super(x, m, kp, kp, q.data(), d.data(), sums.data(), sums16.data());
+    else
+      quantize_rows(x, m, kp, kp, q.data(), d.data(), dsum.data());
   }
-  QRows view() const { return QRows{q.data(), d.data(), dsum.data()}; }
+  QRows view() const { return QRows{q.data(), d.data(), dsum.data(), sums.data(), sums16.data()}; }
 };
 
 // The rows the kernel of type t reads: quantized for the quantized types (none otherwise).
 QuantizedRows rows_for(WType t, const float* x, int m, int kp) {
-  return QuantizedRows(x, wtype_quantized(t) ? m : 0, kp);
+  return QuantizedRows(x, wtype_quantized(t) ? m : 0, kp, wtype_super(t));
+}
+
+// The weights w packed as type t into `packed`; [*n, *k] their shape. w: float32 [n, k], or
+// uint16 [n, k] (bf16 / f16 bits), or for the K formats uint8 [n, k / 256 * block bytes] (ggml
+// Q4_K / Q6_K rows).
+void pack_weights(py::object w_arg, WType t, int* n, int* k, std::vector<char>* packed) {
+  if (wtype_super(t)) {
+    const py::array w = bindings::as_array(w_arg, "w");
+    const int bb = ggml_block_bytes(t);
+    if (!w.dtype().is(py::dtype::of<uint8_t>()) || w.ndim() != 2 || w.shape(1) % bb ||
+        w.shape(0) < 1 || w.shape(1) < 1)
+      throw std::invalid_argument("w: " + std::string(format(t).name) + " weights are uint8 [n, " +
+                                  "k / 256 * " + std::to_string(bb) + "] (ggml rows)");
+    const py::array wc = py::array::ensure(w, py::array::c_style);
+    *n = int(wc.shape(0)), *k = int(wc.shape(1) / bb * kSuperBlock);
+    packed->assign(panel_bytes(t, *n, *k), 0);
+    k_from_ggml(t, static_cast<const uint8_t*>(wc.data()), *n, 0, *k, packed->data());
+    return;
+  }
+  const py::array wc = weight_array(w_arg, t, "w");
+  *n = int(wc.shape(0)), *k = int(wc.shape(1));
+  packed->resize(panel_bytes(t, *n, *k));
+  pack_panels(wc.data(), t, *n, *k, packed->data());
 }
 
 // y [m, np] = x w^T (+ bias) over every panel, by the kernel of w's type (x as given, or as qx for
@@ -58,7 +90,7 @@ void run_matmul(const Kernels& kern, WType t, const float* x, const QuantizedRow
                 int p1 = -1) {
   if (p1 < 0) p1 = np / kPanel;
   if (wtype_quantized(t))
-    kern.qmatmul[int(t) - int(WType::Q8)](qx.view(), m, w, kp, p0, p1, y, np, bias, false);
+    kern.qmatmul[int(t)](qx.view(), m, w, kp, p0, p1, y, np, bias, false);
   else
     kern.matmul[int(t)](x, m, kp, w, kp, p0, p1, y, np, bias, false);
 }
@@ -69,14 +101,13 @@ py::array_t<float> kernel_matmul(const std::string& isa, py::object x_arg, py::o
                                  WType t, py::object bias_arg, std::pair<int, int> panels) {
   const Kernels& kern = kernels_select(isa);
   const py::array_t<float> x = float_array(x_arg, 2, "x");
-  const py::array wc = weight_array(w_arg, t, "w");
-  if (x.shape(1) != wc.shape(1) || x.shape(0) < 1)
-    throw std::invalid_argument("x and w: shape mismatch");
-  const int m = int(x.shape(0)), k = int(x.shape(1)), n = int(wc.shape(0)), kp = pad_to(k);
+  int n, k;
+  std::vector<char> wp;
+  pack_weights(w_arg, t, &n, &k, &wp);
+  if (x.shape(1) != k || x.shape(0) < 1) throw std::invalid_argument("x and w: shape mismatch");
+  const int m = int(x.shape(0)), kp = pad_to(k);
   const py::array_t<float> bias = bindings::bias_array(bias_arg, n, "bias");
   std::vector<float> xp = pad_rows(x.data(), m, k, kp);
-  std::vector<char> wp(panel_bytes(t, n, k));
-  pack_panels(wc.data(), t, n, k, wp.data());
   const int np = pad_to(n, kPanel);
   if (panels.second < 0) panels.second = np / kPanel;
   if (panels.first < 0 || panels.first > panels.second || panels.second > np / kPanel)
@@ -116,8 +147,17 @@ double kernel_matmul_seconds(const std::string& isa, int m, int n, int k, WType 
     for (int c = 0; c < k; c++) xp[size_t(r) * kp + c] = rnd();
   for (float& v : wf) v = rnd();
   std::vector<uint16_t> wh;
+  std::vector<uint8_t> wq;
   const void* src = wf.data();
-  if (!wtype_quantized(t) && t != WType::F32) {  // bf16 / f16 bits
+  if (wtype_super(t)) {  // random ggml rows, their fp16 scales 2^-10
+    if (k % kSuperBlock) throw std::invalid_argument("K formats: k must be a multiple of 256");
+    const int bb = ggml_block_bytes(t);
+    wq.resize(size_t(n) * (k / kSuperBlock) * bb);
+    for (size_t i = 0; i < wq.size(); i++) wq[i] = uint8_t(rnd() * 65536.f);
+    for (size_t b = 0; b < wq.size(); b += bb)
+      for (int off : t == WType::Q4K ? std::vector<int>{0, 2} : std::vector<int>{208})
+        wq[b + off] = 0, wq[b + off + 1] = 0x14;
+  } else if (!wtype_quantized(t) && t != WType::F32) {  // bf16 / f16 bits
     wh.resize(wf.size());
     for (size_t i = 0; i < wf.size(); i++) {
       uint32_t u;
@@ -128,7 +168,10 @@ double kernel_matmul_seconds(const std::string& isa, int m, int n, int k, WType 
     src = wh.data();
   }
   Buffer wp(panel_bytes(t, n, k), /*huge_pages=*/true);  // as a model's packed weights
-  pack_panels(src, t, n, k, wp.as<char>());
+  if (wtype_super(t))
+    k_from_ggml(t, wq.data(), n, 0, k, wp.as<char>());
+  else
+    pack_panels(src, t, n, k, wp.as<char>());
   std::vector<float> yp(size_t(m) * np);
   const QuantizedRows qx = rows_for(t, xp.data(), m, kp);
   py::gil_scoped_release release;
@@ -156,6 +199,22 @@ py::array_t<float> kernel_quantized_activations(py::object x_arg) {
   return out;
 }
 
+// x [m, k] quantized per super-block, as the K formats' kernels read it: (q [m, kp] int8, d [m,
+// kp / 256], sums [m, kp / 32] and sums16 [m, kp / 16] int16). Every ISA uses this quantizer.
+py::tuple kernel_quantize_super(py::object x_arg) {
+  const py::array_t<float> x = float_array(x_arg, 2, "x");
+  const int m = int(x.shape(0)), k = int(x.shape(1)), kp = pad_to(k, kSuperBlock);
+  const QuantizedRows qx(pad_rows(x.data(), m, k, kp).data(), m, kp, true);
+  py::array_t<int8_t> q({m, kp});
+  py::array_t<float> d({m, kp / kSuperBlock});
+  py::array_t<int16_t> sums({m, kp / kQBlock}), sums16({m, kp / 16});
+  std::copy(qx.q.begin(), qx.q.end(), q.mutable_data());
+  std::copy(qx.d.begin(), qx.d.end(), d.mutable_data());
+  std::copy(qx.sums.begin(), qx.sums.end(), sums.mutable_data());
+  std::copy(qx.sums16.begin(), qx.sums16.end(), sums16.mutable_data());
+  return py::make_tuple(q, d, sums, sums16);
+}
+
 // x [m, k] quantized per row and block by the ISA's kernel: (q [m, kp] int8, d and dsum [m, kp /
 // kQBlock]).
 py::tuple kernel_quantize(const std::string& isa, py::object x_arg) {
@@ -171,10 +230,10 @@ py::tuple kernel_quantize(const std::string& isa, py::object x_arg) {
 
 // The weights [n, k] as the kernels see them after packing (and quantizing) to wtype.
 py::array_t<float> kernel_weights(py::object w_arg, WType t) {
-  const py::array wc = weight_array(w_arg, t, "w");
-  const int n = int(wc.shape(0)), k = int(wc.shape(1)), kp = pad_to(k);
-  std::vector<char> packed(panel_bytes(t, n, k));
-  pack_panels(wc.data(), t, n, k, packed.data());
+  int n, k;
+  std::vector<char> packed;
+  pack_weights(w_arg, t, &n, &k, &packed);
+  const int kp = pad_to(k);
   py::array_t<float> out({n, k});
   for (int r = 0; r < n; r++)
     for (int c = 0; c < k; c++)
@@ -293,6 +352,7 @@ void register_kernel_tests(py::module_& m) {
   m.def("kernel_weights", &kernel_weights, py::arg("w"), py::arg("wtype"));
   m.def("kernel_quantized_activations", &kernel_quantized_activations, py::arg("x"));
   m.def("kernel_quantize", &kernel_quantize, py::arg("isa"), py::arg("x"));
+  m.def("kernel_quantize_super", &kernel_quantize_super, py::arg("x"));
   m.def("kernel_attend", &kernel_attend, py::arg("isa"), py::arg("q"), py::arg("k"), py::arg("v"),
         py::arg("scale"), py::arg("first") = 0, py::arg("kv_f16") = false,
         py::arg("ends") = std::vector<int>{}, py::arg("panels_per_part") = 0);

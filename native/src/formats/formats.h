@@ -22,8 +22,8 @@ constexpr int kPanel = 16;  // weight rows per packed panel
 inline int pad_to(int n, int m = kPad) { return (n + m - 1) / m * m; }
 
 // BF16P: bf16 weights whose matmul rounds the activations to bf16 too (kernels.h, "BF16P").
-enum class WType : int { F32 = 0, BF16 = 1, F16 = 2, Q8 = 3, Q4 = 4, BF16P = 5 };
-constexpr int kWTypes = 6;
+enum class WType : int { F32 = 0, BF16 = 1, F16 = 2, Q8 = 3, Q4 = 4, BF16P = 5, Q4K = 6, Q6K = 7 };
+constexpr int kWTypes = 8;
 constexpr int kQBlock = 32;  // weights per quantization block, along k
 // k-steps per group: what one integer dot-product instruction takes per lane
 constexpr int kQGroup = 4;
@@ -49,9 +49,47 @@ struct BlockQ4 {
 };
 static_assert(sizeof(BlockQ4) == 320, "BlockQ4: 16 fp16 scales + 16 fp16 mins + 512 nibbles");
 
-// What the matmul of a format reads as activations: float rows, or rows quantized to int8 per block
-// (QRows).
-enum class ActivationFormat { Float32, Int8Blocks };
+// Q4K: ggml's Q4_K, held exactly (a GGUF's Q4_K blocks are rearranged, never requantized). A row's
+// super-block of kSuperBlock values has an fp16 scale d and min dmin, and 8 sub-blocks of 32 with
+// 6-bit integer scales sc and mins mn: value = d * sc * q - dmin * mn, q in [0, 15]. In a panel, a
+// super-block's 16 rows are one BlockQ4K: the headers by row (so that a register of 16 int32 lanes,
+// one per row, loads them), then each sub-block's nibbles in Q4's group layout. The mins are in
+// pairs of sub-blocks, (mn[2i], mn[2i + 1]) side by side for each row: widened to int16, a pair is
+// one 32-bit lane of pmaddwd. 4.625 bits per weight (ggml: 4.5; the 6-bit fields are unpacked).
+constexpr int kSuperBlock = 256;
+constexpr int kSubBlocks = kSuperBlock / kQBlock;  // 8
+struct BlockQ4K {
+  uint16_t d[kPanel];                                             // fp16, per row
+  uint16_t dmin[kPanel];                                          // fp16, per row
+  uint8_t sc[kSubBlocks][kPanel];                                 // [sub-block][row], 0..63
+  uint8_t mn[kSubBlocks / 2][kPanel][2];                          // [pair][row][which], 0..63
+  uint8_t q[kSubBlocks][kQBlock / kQGroup][kPanel / 2][kQGroup];  // as BlockQ4's q, per sub-block
+};
+static_assert(sizeof(BlockQ4K) == 2368, "BlockQ4K: 64 + 256 header bytes + 4096 nibbles");
+// ggml's Q4_K block (ggml-common.h block_q4_K): 144 bytes for 256 values.
+constexpr int kGgmlQ4KBytes = 144;
+
+// Q6K: ggml's Q6_K, held exactly. A row's super-block has an fp16 scale d and 16 sub-blocks of 16
+// with int8 scales sc: value = d * sc * (q - 32), q in [0, 63]. In a panel's BlockQ6K, q's low
+// nibbles are in Q4's group layout (group G: k-steps 4G..4G+3 of the super-block) and its top two
+// bits in a plane of 16 bytes a group: row R's k-step e at bits 2 (R / 4) of byte (R % 4) * 4 + e,
+// so that a register of rows R % 4 = r (a 32-bit lane r of each 128-bit quarter) holds them
+// shifted by a constant per quarter. 6.5625 bits per weight, as ggml's.
+constexpr int kSubBlocks16 = kSuperBlock / 16;          // 16
+constexpr int kGroupsPerSuper = kSuperBlock / kQGroup;  // 64
+struct BlockQ6K {
+  uint16_t d[kPanel];                                // fp16, per row
+  int8_t sc[kSubBlocks16][kPanel];                   // [sub-block][row]
+  uint8_t ql[kGroupsPerSuper][kPanel / 2][kQGroup];  // as BlockQ4's q: row r and r + 8
+  uint8_t qh[kGroupsPerSuper][kPanel];               // [group][(row % 4) * 4 + step]
+};
+static_assert(sizeof(BlockQ6K) == 3360, "BlockQ6K: 32 + 256 header bytes + 4096 6-bit values");
+constexpr int kGgmlQ6KBytes = 210;  // ggml's block_q6_K: 256 values
+
+// What the matmul of a format reads as activations: float rows, rows quantized to int8 with a scale
+// per block of 32 (QRows), or with a scale per super-block of 256 and the sums of each 32 (QRows'
+// K fields: Q4K's integer sub-block arithmetic needs one activation scale across a super-block).
+enum class ActivationFormat { Float32, Int8Blocks, Int8Super };
 
 // One row per format: its name, the activations its kernels take, and its size.
 struct FormatTraits {
@@ -71,12 +109,20 @@ inline constexpr FormatTraits kFormats[kWTypes] = {
     {WType::Q4, "Q4", ActivationFormat::Int8Blocks, 0, sizeof(BlockQ4),
      8.0 * sizeof(BlockQ4) / (kPanel * kQBlock)},
     {WType::BF16P, "BF16P", ActivationFormat::Float32, 2, 0, 16.0},
+    {WType::Q4K, "Q4K", ActivationFormat::Int8Super, 0, sizeof(BlockQ4K),
+     8.0 * sizeof(BlockQ4K) / (kPanel * kSuperBlock)},
+    {WType::Q6K, "Q6K", ActivationFormat::Int8Super, 0, sizeof(BlockQ6K),
+     8.0 * sizeof(BlockQ6K) / (kPanel * kSuperBlock)},
 };
 constexpr const FormatTraits& format(WType t) { return kFormats[int(t)]; }
 
 constexpr bool wtype_quantized(WType t) {
-  return format(t).activations == ActivationFormat::Int8Blocks;
+  return format(t).activations != ActivationFormat::Float32;
 }
+// The formats whose activations are quantized per super-block (Int8Super).
+constexpr bool wtype_super(WType t) { return format(t).activations == ActivationFormat::Int8Super; }
+// Values per block of a quantized format along k (a packed row's k is a multiple of it).
+constexpr int qblock_values(WType t) { return wtype_super(t) ? kSuperBlock : kQBlock; }
 constexpr size_t wtype_size(WType t) {
   return format(t).element_bytes;
 }  // element size of the float formats
@@ -157,5 +203,32 @@ inline size_t float_index(WType t, int r, int c, int kp) {
 // Quantized weight (row r, column c) of a packed Q8/Q4 matrix: the integer q, the block's scale and
 // min (0 for Q8).
 int panel_q(const void* packed, WType t, int kp, int r, int c, float* scale, float* min);
+// Of a packed Q4K matrix: the block of (row r, column c) and its row in the block.
+const BlockQ4K* q4k_block(const void* packed, int kp, int r, int c);
+inline int q4k_nibble(const BlockQ4K& b, int i, int c) {  // row i, column c of the super-block
+  const uint8_t byte = b.q[c / kQBlock][c % kQBlock / kQGroup][i % 8][c % kQGroup];
+  return i < 8 ? byte & 0x0f : byte >> 4;
+}
+inline int q4k_min(const BlockQ4K& b, int i, int s) { return b.mn[s / 2][i][s % 2]; }
+// Rows [r0, r0 + rows) of a ggml Q4_K matrix with k columns (its blocks, kGgmlQ4KBytes per 256
+// values, row after row) into the packed Q4K matrix dst (k a multiple of kSuperBlock): the same
+// numbers, rearranged. ggml_from_q4k reads row r of a packed matrix back into ggml's bytes, which
+// are the file's own, bit for bit.
+void q4k_from_ggml(const uint8_t* src, int rows, int r0, int k, void* dst);
+void ggml_from_q4k(const void* packed, int r, int k, uint8_t* out);
+// The same for Q6K and ggml's Q6_K (kGgmlQ6KBytes per 256 values).
+const BlockQ6K* q6k_block(const void* packed, int kp, int r, int c);
+inline int q6k_level(const BlockQ6K& b, int i, int c) {  // row i, column c: q in [0, 63]
+  const int g = c / kQGroup, e = c % kQGroup;
+  const uint8_t lo = b.ql[g][i % 8][e], hi = b.qh[g][(i % 4) * kQGroup + e];
+  return ((i < 8 ? lo : lo >> 4) & 0xF) | ((hi >> (2 * (i / 4))) & 3) << 4;
+}
+void q6k_from_ggml(const uint8_t* src, int rows, int r0, int k, void* dst);
+void ggml_from_q6k(const void* packed, int r, int k, uint8_t* out);
+// Bytes of ggml's block of 256 values for a K format (Q4K: Q4_K, Q6K: Q6_K).
+constexpr int ggml_block_bytes(WType t) { return t == WType::Q4K ? kGgmlQ4KBytes : kGgmlQ6KBytes; }
+// ggml rows into packed panels and back, for either K format.
+void k_from_ggml(WType t, const uint8_t* src, int rows, int r0, int k, void* dst);
+void ggml_from_k(WType t, const void* packed, int r, int k, uint8_t* out);
 
 }  // namespace kwker

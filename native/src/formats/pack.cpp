@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <stdexcept>
+#include <vector>
 
 #include "formats.h"
 
@@ -189,7 +191,7 @@ void quantize_q8(const float* v, BlockQ8* block, int i) {
 
 size_t panel_bytes(WType t, int n, int k) {
   const size_t panels = size_t(pad_to(n, kPanel)) / kPanel;
-  if (wtype_quantized(t)) return panels * (pad_to(k) / kQBlock) * qblock_bytes(t);
+  if (wtype_quantized(t)) return panels * (pad_to(k) / qblock_values(t)) * qblock_bytes(t);
   return panels * kPanel * pad_to(k) * wtype_size(t);
 }
 
@@ -198,7 +200,151 @@ void pack_panels(const void* src, WType t, int n, int k, void* dst) {
   pack_panel_range(src, t, n, k, dst, 0, pad_to(n, kPanel) / kPanel);
 }
 
+const BlockQ4K* q4k_block(const void* packed, int kp, int r, int c) {
+  return static_cast<const BlockQ4K*>(packed) + size_t(r / kPanel) * (kp / kSuperBlock) +
+         c / kSuperBlock;
+}
+
+namespace {
+
+// Sub-block s's 6-bit scale and min from a Q4_K block's 12 packed bytes (ggml's
+// get_scale_min_k4): the first four whole in the low 6 bits of bytes 0-3 and 4-7, the last four
+// as a nibble of bytes 8-11 and those bytes' top 2 bits.
+void ggml_scale_min(const uint8_t* q, int s, uint8_t* sc, uint8_t* mn) {
+  if (s < 4) {
+    *sc = q[s] & 63, *mn = q[s + 4] & 63;
+  } else {
+    *sc = uint8_t((q[s + 4] & 0xF) | ((q[s - 4] >> 6) << 4));
+    *mn = uint8_t((q[s + 4] >> 4) | ((q[s] >> 6) << 4));
+  }
+}
+
+// Row i of a Q4K block as a row's nibble at column c of the super-block, set.
+void set_q4k_nibble(BlockQ4K& b, int i, int c, int q) {
+  uint8_t& byte = b.q[c / kQBlock][c % kQBlock / kQGroup][i % 8][c % kQGroup];
+  byte = i < 8 ? uint8_t((byte & 0xf0) | q) : uint8_t((byte & 0x0f) | q << 4);
+}
+
+}  // namespace
+
+// ggml's Q4_K block: d (fp16), dmin (fp16), scales[12], qs[128]; values 64 at a time, the first
+// 32 in the low nibbles of 32 bytes of qs and the next 32 in their high nibbles.
+void q4k_from_ggml(const uint8_t* src, int rows, int r0, int k, void* dst) {
+  const int nb = k / kSuperBlock;
+  for (int r = r0; r < r0 + rows; r++) {
+    const int i = r % kPanel;
+    for (int b = 0; b < nb; b++) {
+      const uint8_t* g = src + (size_t(r - r0) * nb + b) * kGgmlQ4KBytes;
+      BlockQ4K& out = *const_cast<BlockQ4K*>(q4k_block(dst, k, r, b * kSuperBlock));
+      std::memcpy(&out.d[i], g, 2);
+      std::memcpy(&out.dmin[i], g + 2, 2);
+      for (int s = 0; s < kSubBlocks; s++)
+        ggml_scale_min(g + 4, s, &out.sc[s][i], &out.mn[s / 2][i][s % 2]);
+      const uint8_t* qs = g + 16;
+      for (int c = 0; c < kSuperBlock; c++) {
+        const uint8_t byte = qs[c / 64 * 32 + c % 32];
+        set_q4k_nibble(out, i, c, c % 64 < 32 ? byte & 0xF : byte >> 4);
+      }
+    }
+  }
+}
+
+void ggml_from_q4k(const void* packed, int r, int k, uint8_t* out) {
+  const int i = r % kPanel;
+  for (int b = 0; b < k / kSuperBlock; b++) {
+    const BlockQ4K& q = *q4k_block(packed, k, r, b * kSuperBlock);
+    uint8_t* g = out + size_t(b) * kGgmlQ4KBytes;
+    std::memcpy(g, &q.d[i], 2);
+    std::memcpy(g + 2, &q.dmin[i], 2);
+    uint8_t* s = g + 4;  // the inverse of ggml_scale_min
+    for (int j = 0; j < 4; j++) {
+      const int sc_lo = q.sc[j][i], sc_hi = q.sc[j + 4][i];
+      const int mn_lo = q4k_min(q, i, j), mn_hi = q4k_min(q, i, j + 4);
+      s[j] = uint8_t(sc_lo | (sc_hi >> 4) << 6);
+      s[j + 4] = uint8_t(mn_lo | (mn_hi >> 4) << 6);
+      s[j + 8] = uint8_t((sc_hi & 0xF) | (mn_hi & 0xF) << 4);
+    }
+    uint8_t* qs = g + 16;
+    std::memset(qs, 0, 128);
+    for (int c = 0; c < kSuperBlock; c++)
+      qs[c / 64 * 32 + c % 32] |= uint8_t(q4k_nibble(q, i, c) << (c % 64 < 32 ? 0 : 4));
+  }
+}
+
+const BlockQ6K* q6k_block(const void* packed, int kp, int r, int c) {
+  return static_cast<const BlockQ6K*>(packed) + size_t(r / kPanel) * (kp / kSuperBlock) +
+         c / kSuperBlock;
+}
+
+// ggml's Q6_K block: ql[128], qh[64], int8 scales[16], fp16 d. Value c = 128 h + 32 s + l (s < 4,
+// l < 32): low nibble s / 2 of ql[64 h + 32 (s % 2) + l], high bits 2 s of qh[32 h + l].
+void q6k_from_ggml(const uint8_t* src, int rows, int r0, int k, void* dst) {
+  const int nb = k / kSuperBlock;
+  for (int r = r0; r < r0 + rows; r++) {
+    const int i = r % kPanel;
+    for (int b = 0; b < nb; b++) {
+      const uint8_t* g = src + (size_t(r - r0) * nb + b) * kGgmlQ6KBytes;
+      BlockQ6K& out = *const_cast<BlockQ6K*>(q6k_block(dst, k, r, b * kSuperBlock));
+      std::memcpy(&out.d[i], g + 208, 2);
+      for (int s = 0; s < kSubBlocks16; s++) out.sc[s][i] = int8_t(g[192 + s]);
+      for (int c = 0; c < kSuperBlock; c++) {
+        const int h = c / 128, s = c / 32 % 4, l = c % 32;
+        const int low = (g[64 * h + 32 * (s % 2) + l] >> (4 * (s / 2))) & 0xF;
+        const int high = (g[128 + 32 * h + l] >> (2 * s)) & 3;
+        const int grp = c / kQGroup, e = c % kQGroup;
+        uint8_t& lo = out.ql[grp][i % 8][e];
+        lo = i < 8 ? uint8_t((lo & 0xf0) | low) : uint8_t((lo & 0x0f) | low << 4);
+        out.qh[grp][(i % 4) * kQGroup + e] |= uint8_t(high << (2 * (i / 4)));
+      }
+    }
+  }
+}
+
+void ggml_from_q6k(const void* packed, int r, int k, uint8_t* out) {
+  const int i = r % kPanel;
+  for (int b = 0; b < k / kSuperBlock; b++) {
+    const BlockQ6K& q = *q6k_block(packed, k, r, b * kSuperBlock);
+    uint8_t* g = out + size_t(b) * kGgmlQ6KBytes;
+    std::memset(g, 0, 192);
+    for (int c = 0; c < kSuperBlock; c++) {
+      const int v = q6k_level(q, i, c), h = c / 128, s = c / 32 % 4, l = c % 32;
+      g[64 * h + 32 * (s % 2) + l] |= uint8_t((v & 0xF) << (4 * (s / 2)));
+      g[128 + 32 * h + l] |= uint8_t((v >> 4) << (2 * s));
+    }
+    for (int s = 0; s < kSubBlocks16; s++) g[192 + s] = uint8_t(q.sc[s][i]);
+    std::memcpy(g + 208, &q.d[i], 2);
+  }
+}
+
+void k_from_ggml(WType t, const uint8_t* src, int rows, int r0, int k, void* dst) {
+  if (t == WType::Q4K)
+    q4k_from_ggml(src, rows, r0, k, dst);
+  else
+    q6k_from_ggml(src, rows, r0, k, dst);
+}
+
+void ggml_from_k(WType t, const void* packed, int r, int k, uint8_t* out) {
+  if (t == WType::Q4K)
+    ggml_from_q4k(packed, r, k, out);
+  else
+    ggml_from_q6k(packed, r, k, out);
+}
+
 void copy_panel_row(const void* src, int rs, void* dst, int rd, WType t, int kp) {
+  if (wtype_super(t)) {  // through ggml's row: each row's fields are spread over its block
+    std::vector<uint8_t> row(size_t(kp / kSuperBlock) * ggml_block_bytes(t));
+    ggml_from_k(t, src, rs, kp, row.data());
+    if (t == WType::Q6K) {  // q6k_from_ggml ORs the top bits into a zeroed plane: clear the row's
+      for (int c = 0; c < kp; c += kSuperBlock) {
+        BlockQ6K& b = *const_cast<BlockQ6K*>(q6k_block(dst, kp, rd, c));
+        for (int g = 0; g < kGroupsPerSuper; g++)
+          for (int e = 0; e < kQGroup; e++)
+            b.qh[g][(rd % 4) * kQGroup + e] &= uint8_t(~(3 << (2 * (rd % kPanel / 4))));
+      }
+    }
+    k_from_ggml(t, row.data(), 1, rd, kp, dst);
+    return;
+  }
   if (t == WType::Q8) {
     for (int c = 0; c < kp; c += kQBlock) {
       const BlockQ8* a = block_at<BlockQ8>(src, kp, rs, c);
@@ -234,6 +380,8 @@ void copy_panel_row(const void* src, int rs, void* dst, int rd, WType t, int kp)
 
 void pack_panel_range(const void* src, WType t, int n, int k, void* dst, int p0, int p1) {
   const int kp = pad_to(k), r0 = p0 * kPanel, r1 = std::min(n, p1 * kPanel);
+  if (wtype_super(t))  // no quantizer of their own: they hold a GGUF's blocks (k_from_ggml)
+    throw std::invalid_argument("Q4K and Q6K pack ggml Q4_K and Q6_K blocks only, not floats");
   if (wtype_quantized(t)) {
     const float* f = static_cast<const float*>(src);
     float v[kQBlock];
@@ -277,6 +425,19 @@ int panel_q(const void* packed, WType t, int kp, int r, int c, float* scale, flo
 
 float panel_value(const void* packed, WType t, int kp, int r, int c) {
   if (!wtype_quantized(t)) return float_at(packed, t, float_index(t, r, c, kp));
+  if (t == WType::Q4K) {  // ggml's order: (d * sc) * q - (dmin * mn), each rounded once
+    const BlockQ4K& b = *q4k_block(packed, kp, r, c);
+    const int i = r % kPanel, s = c % kSuperBlock / kQBlock;
+    const float d = f16_to_f32(b.d[i]) * float(b.sc[s][i]);
+    const float m = f16_to_f32(b.dmin[i]) * float(q4k_min(b, i, s));
+    return d * float(q4k_nibble(b, i, c % kSuperBlock)) - m;
+  }
+  if (t == WType::Q6K) {  // ggml's order: (d * sc) * (q - 32)
+    const BlockQ6K& b = *q6k_block(packed, kp, r, c);
+    const int i = r % kPanel;
+    return (f16_to_f32(b.d[i]) * float(b.sc[c % kSuperBlock / 16][i])) *
+           float(q6k_level(b, i, c % kSuperBlock) - 32);
+  }
   float scale, min;
   const int q = panel_q(packed, t, kp, r, c, &scale, &min);
   return float(q) * scale + min;

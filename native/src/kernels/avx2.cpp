@@ -2,7 +2,7 @@
 // only after the CPU has been checked for those features.
 #include <immintrin.h>
 
-#include "simd_kernels.h"
+#include "simd_table.h"
 
 namespace kwker {
 namespace {
@@ -119,6 +119,40 @@ struct Avx2 {
     return _mm256_add_epi16(acc, _mm256_maddubs_epi16(w, x));
   }
   static ireg finish_q4(ireg acc) { return _mm256_madd_epi16(acc, _mm256_set1_epi16(1)); }
+  // The K formats (simd::q4k_tile, q6k_tile). Tiles: 3 rows x 1 panel (2 registers each: 6 dot
+  // products + 6 scaled sums + 2 weights + x), or one row x 2 panels. Q4K: dot_q4's int16 pair
+  // sums finished by pmaddwd against the row's scale in both halves of its lane (finish_q4 with
+  // the scale for 1); the mins as 8 int16 pairs.
+  static constexpr int TBK = 3, NPK_GEMV = 2;
+  static ireg load_sc(const uint8_t* p) {
+    const __m256i s = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+    return _mm256_or_si256(s, _mm256_slli_epi32(s, 16));
+  }
+  static ireg scale_dot(ireg dot, ireg sc) { return _mm256_madd_epi16(dot, sc); }
+  static ireg load_mins(const uint8_t* p) {
+    return _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  }
+  static ireg madd16(ireg a, ireg b) { return _mm256_madd_epi16(a, b); }
+  static ireg isub(ireg a, ireg b) { return _mm256_sub_epi32(a, b); }
+  static ireg iset1(int32_t v) { return _mm256_set1_epi32(v); }
+  // Q6K: rows 8j..8j+7's levels (0..63) at 4 k-steps: the low nibbles as Q4's, the top bits from
+  // their plane shifted to bits 4-5 per 128-bit half (rows 4q..4q+3 hold theirs at bits 2q)
+  static ireg load_q6(const uint8_t* ql, const uint8_t* qh, int j) {
+    const __m256i h =
+        _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(qh)));
+    const __m256i s = j ? _mm256_srlv_epi32(h, _mm256_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2))
+                        : _mm256_sllv_epi32(h, _mm256_setr_epi32(4, 4, 4, 4, 2, 2, 2, 2));
+    return _mm256_or_si256(load_qw<WType::Q4>(ql, j), _mm256_and_si256(s, _mm256_set1_epi8(0x30)));
+  }
+  // levels (0..63) times x: pairs are at most 2 * 63 * 127 (no saturation), widened at once
+  static ireg dot_q6(ireg acc, ireg w, ireg x) {
+    return _mm256_add_epi32(acc,
+                            _mm256_madd_epi16(_mm256_maddubs_epi16(w, x), _mm256_set1_epi16(1)));
+  }
+  static ireg load_sc8(const int8_t* p) {
+    return _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+  }
+  static ireg mullo(ireg a, ireg b) { return _mm256_mullo_epi32(a, b); }
 
   // BF16P (simd::matmul_bf16p): two FMAs per pair of k, flushed by MXCSR. Tiles of up to 5 tokens:
   // 5 x 2 sums + weights + a broadcast + the mask; 6 spilled two sums (perf-notes #22).

@@ -4,7 +4,7 @@
 #include <immintrin.h>
 
 #include "cpu_features.h"
-#include "simd_kernels.h"
+#include "simd_table.h"
 
 #ifndef KWKER_AVX512_ENTRY  // avx512_emulated.cpp compiles this file again under other names
 #define KWKER_AVX512_ENTRY kernels_avx512
@@ -114,6 +114,32 @@ struct Avx512 {
   }
   static ireg dot_q4(ireg acc, ireg w, ireg x) { return _mm512_dpbusd_epi32(acc, w, x); }
   static ireg finish_q4(ireg acc) { return acc; }
+  // The K formats (simd::q4k_tile, q6k_tile). Tiles: 8 rows x 1 panel (8 dot products + 8 scaled
+  // sums), or one row x 4 panels. Q4K's dot products are dot_q4's int32 sums, taken times the 16
+  // rows' 6-bit scales (bytes, widened); its mins are 16 int16 pairs for pmaddwd.
+  static constexpr int TBK = 8, NPK_GEMV = 4;
+  static ireg load_sc(const uint8_t* p) {
+    return _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  }
+  static ireg scale_dot(ireg dot, ireg sc) { return _mm512_mullo_epi32(dot, sc); }
+  static ireg load_mins(const uint8_t* p) {
+    return _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  }
+  static ireg madd16(ireg a, ireg b) { return _mm512_madd_epi16(a, b); }
+  // Q6K: the levels q (0..63) of 16 rows at 4 k-steps, the low nibbles as Q4's and the top bits
+  // from their plane (formats.h), brought to bits 4-5 by a rotation per 128-bit quarter (the
+  // quarter of rows 4q..4q+3 holds theirs at bits 2q)
+  static ireg load_q6(const uint8_t* ql, const uint8_t* qh, int) {
+    const __m512i h = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(qh)));
+    const __m512i r =
+        _mm512_rolv_epi32(h, _mm512_setr_epi32(4, 4, 4, 4, 2, 2, 2, 2, 0, 0, 0, 0, 30, 30, 30, 30));
+    return _mm512_or_si512(load_qw<WType::Q4>(ql, 0), _mm512_and_si512(r, _mm512_set1_epi8(0x30)));
+  }
+  static ireg dot_q6(ireg acc, ireg w, ireg x) { return _mm512_dpbusd_epi32(acc, w, x); }
+  static ireg load_sc8(const int8_t* p) {
+    return _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  }
+  static ireg mullo(ireg a, ireg b) { return _mm512_mullo_epi32(a, b); }
   // The VNNI GEMM (simd::vnni_qmatmul) for two rows or more: tiles of TBV tokens x NPV panels
   // (TBV x NPV dot products, NPV weight registers, a broadcast, constants: 32 registers).
   static constexpr bool VNNI = true;

@@ -43,6 +43,21 @@ inline simde__m512i cvtps_epi32(simde__m512 a) {
 inline simde__m512i cvtepu16_epi32(simde__m256i a) {
   return lanes<uint16_t, int32_t, simde__m512i>(a, [](uint16_t v) { return int32_t(v); });
 }
+inline simde__m512i cvtepu8_epi32(simde__m128i a) {
+  return lanes<uint8_t, int32_t, simde__m512i>(a, [](uint8_t v) { return int32_t(v); });
+}
+inline simde__m512i cvtepi8_epi32(simde__m128i a) {
+  return lanes<int8_t, int32_t, simde__m512i>(a, [](int8_t v) { return int32_t(v); });
+}
+inline simde__m512i cvtepu8_epi16(simde__m256i a) {  // 32 lanes
+  uint8_t in[32];
+  int16_t out[32];
+  __builtin_memcpy(in, &a, sizeof(in));
+  for (int i = 0; i < 32; i++) out[i] = int16_t(in[i]);
+  simde__m512i r;
+  __builtin_memcpy(&r, out, sizeof(out));
+  return r;
+}
 inline simde__m512 cvtph_ps(simde__m256i a) {
   return lanes<uint16_t, float, simde__m512>(a, f16_to_f32);
 }
@@ -106,6 +121,15 @@ inline simde__m512i cvtne2ps_pbh(simde__m512 hi, simde__m512 lo) {
 #endif
 #ifndef _mm512_cvtepu16_epi32
 #define _mm512_cvtepu16_epi32 kwker::emulated::cvtepu16_epi32
+#endif
+#ifndef _mm512_cvtepu8_epi32
+#define _mm512_cvtepu8_epi32 kwker::emulated::cvtepu8_epi32
+#endif
+#ifndef _mm512_cvtepi8_epi32
+#define _mm512_cvtepi8_epi32 kwker::emulated::cvtepi8_epi32
+#endif
+#ifndef _mm512_cvtepu8_epi16
+#define _mm512_cvtepu8_epi16 kwker::emulated::cvtepu8_epi16
 #endif
 #ifndef _mm512_cvtph_ps
 #define _mm512_cvtph_ps kwker::emulated::cvtph_ps

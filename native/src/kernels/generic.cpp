@@ -36,6 +36,36 @@ void quantize_rows(const float* x, int m, int ldx, int kp, int8_t* q, float* d, 
   }
 }
 
+// The same, with one scale per super-block and the integer sum of each block of kQBlock levels.
+// Plain loops on every ISA (a pass over the activations, small beside the matmuls it feeds).
+void quantize_rows_super(const float* x, int m, int ldx, int kp, int8_t* q, float* d, int16_t* sums,
+                         int16_t* sums16) {
+  const int nsb = kp / kSuperBlock;
+  for (int t = 0; t < m; t++) {
+    for (int b = 0; b < nsb; b++) {
+      const float* v = x + size_t(t) * ldx + b * kSuperBlock;
+      float amax = 0.f;
+      for (int j = 0; j < kSuperBlock; j++) {
+        const float a = std::fabs(v[j]);
+        amax = a > amax ? a : amax;
+      }
+      const float db = amax / 127.f, inv = amax > 0.f ? 1.f / db : 0.f;
+      int8_t* qb = q + size_t(t) * kp + b * kSuperBlock;
+      for (int j = 0; j < kSuperBlock; j++) qb[j] = int8_t(round_even(v[j] * inv));
+      for (int s = 0; s < kSubBlocks16; s++) {
+        int sum = 0;
+        for (int j = s * 16; j < (s + 1) * 16; j++) sum += qb[j];
+        sums16[size_t(t) * (kp / 16) + b * kSubBlocks16 + s] = int16_t(sum);
+      }
+      for (int s = 0; s < kSubBlocks; s++)
+        sums[size_t(t) * (kp / kQBlock) + b * kSubBlocks + s] =
+            int16_t(sums16[size_t(t) * (kp / 16) + b * kSubBlocks16 + 2 * s] +
+                    sums16[size_t(t) * (kp / 16) + b * kSubBlocks16 + 2 * s + 1]);
+      d[size_t(t) * nsb + b] = db;
+    }
+  }
+}
+
 namespace {
 
 // One fused multiply-add chain per output over k in order: the contract every ISA's kernel meets
@@ -91,6 +121,65 @@ void qmatmul_generic(const QRows& x, int m, const void* w, int kp, int p0, int p
         const float dx = x.d[size_t(t) * nb + b];
         s = fma_rn(dw * dx, float(dot), s);
         if (T == WType::Q4) s = fma_rn(mw, x.dsum[size_t(t) * nb + b], s);
+      }
+      if (bias) s += bias[n];
+      float* out = y + size_t(t) * ldy + n;
+      *out = accumulate ? *out + s : s;
+    }
+  }
+}
+
+// Q4K (kernels.h): integer sums over a super-block's sub-blocks, then two FMAs per super-block.
+void qmatmul_generic_q4k(const QRows& x, int m, const void* w, int kp, int p0, int p1, float* y,
+                         int ldy, const float* bias, bool accumulate) {
+  const int nsb = kp / kSuperBlock;
+  for (int t = 0; t < m; t++) {
+    for (int n = p0 * kPanel; n < p1 * kPanel; n++) {
+      const int i = n % kPanel;
+      float s = 0.f;
+      for (int b = 0; b < nsb; b++) {
+        const BlockQ4K& blk = *q4k_block(w, kp, n, b * kSuperBlock);
+        const int8_t* xq = x.q + size_t(t) * kp + b * kSuperBlock;
+        const int16_t* xs = x.sums + size_t(t) * (kp / kQBlock) + b * kSubBlocks;
+        int32_t s1 = 0, s2 = 0;
+        for (int sb = 0; sb < kSubBlocks; sb++) {
+          int32_t dot = 0;
+          for (int j = sb * kQBlock; j < (sb + 1) * kQBlock; j++)
+            dot += q4k_nibble(blk, i, j) * xq[j];
+          s1 += int32_t(blk.sc[sb][i]) * dot;
+          s2 += q4k_min(blk, i, sb) * int32_t(xs[sb]);
+        }
+        const float dx = x.d[size_t(t) * nsb + b];
+        s = fma_rn(f16_to_f32(blk.d[i]) * dx, float(s1), s);
+        s = fma_rn(f16_to_f32(blk.dmin[i]) * dx, float(-s2), s);
+      }
+      if (bias) s += bias[n];
+      float* out = y + size_t(t) * ldy + n;
+      *out = accumulate ? *out + s : s;
+    }
+  }
+}
+
+// Q6K (kernels.h): per sub-block of 16, the integer dot product less 32 times the activations'
+// sum, times the sub-block's scale; one FMA per super-block.
+void qmatmul_generic_q6k(const QRows& x, int m, const void* w, int kp, int p0, int p1, float* y,
+                         int ldy, const float* bias, bool accumulate) {
+  const int nsb = kp / kSuperBlock;
+  for (int t = 0; t < m; t++) {
+    for (int n = p0 * kPanel; n < p1 * kPanel; n++) {
+      const int i = n % kPanel;
+      float s = 0.f;
+      for (int b = 0; b < nsb; b++) {
+        const BlockQ6K& blk = *q6k_block(w, kp, n, b * kSuperBlock);
+        const int8_t* xq = x.q + size_t(t) * kp + b * kSuperBlock;
+        const int16_t* xs = x.sums16 + size_t(t) * (kp / 16) + b * kSubBlocks16;
+        int32_t sum = 0;
+        for (int sb = 0; sb < kSubBlocks16; sb++) {
+          int32_t dot = 0;
+          for (int j = sb * 16; j < (sb + 1) * 16; j++) dot += q6k_level(blk, i, j) * xq[j];
+          sum += int32_t(blk.sc[sb][i]) * (dot - 32 * int32_t(xs[sb]));
+        }
+        s = fma_rn(f16_to_f32(blk.d[i]) * x.d[size_t(t) * nsb + b], float(sum), s);
       }
       if (bias) s += bias[n];
       float* out = y + size_t(t) * ldy + n;
@@ -181,15 +270,17 @@ void glu_generic(const float* gate, const float* up, float* out, int n) {
 }  // namespace
 
 const Kernels& kernels_generic() {
-  static const Kernels k{"generic",
-                         {matmul_generic<WType::F32>, matmul_generic<WType::BF16>,
-                          matmul_generic<WType::F16>, nullptr, nullptr, matmul_generic_bf16p},
-                         {qmatmul_generic<WType::Q8>, qmatmul_generic<WType::Q4>},
-                         quantize_rows,
-                         {attend_part_generic<float>, attend_part_generic<uint16_t>},
-                         {glu_generic<Activation::Silu>, glu_generic<Activation::GeluTanh>},
-                         to_f16_generic,
-                         softmax_stats_generic};
+  static const Kernels k{
+      "generic",
+      {matmul_generic<WType::F32>, matmul_generic<WType::BF16>, matmul_generic<WType::F16>, nullptr,
+       nullptr, matmul_generic_bf16p},
+      {nullptr, nullptr, nullptr, qmatmul_generic<WType::Q8>, qmatmul_generic<WType::Q4>, nullptr,
+       qmatmul_generic_q4k, qmatmul_generic_q6k},
+      quantize_rows,
+      {attend_part_generic<float>, attend_part_generic<uint16_t>},
+      {glu_generic<Activation::Silu>, glu_generic<Activation::GeluTanh>},
+      to_f16_generic,
+      softmax_stats_generic};
   return k;
 }
 

@@ -43,12 +43,21 @@ using MatmulFn = void (*)(const float* x, int m, int ldx, const void* w, int kp,
 // with a float scale (d = max|x| / 127, q = round-to-nearest-even(x / d)), and dsum = d * float(sum
 // of the block's q) (the factor of a Q4 block's min). Rows of kp values: q [m, kp], d and dsum [m,
 // kp / kQBlock]. The quantization of a row depends on that row alone.
+//
+// Int8Super activations (Q4K, Q6K) take one scale per super-block instead: d = max|x| / 127 over
+// its kSuperBlock values, d [m, kp / kSuperBlock], and the integer sums of the levels of each block
+// of 32 and of 16, sums [m, kp / 32] and sums16 [m, kp / 16] (int16: at most 32 * 127; pmaddwd
+// multiplies the first by a Q4K row's mins). dsum is unused.
 struct QRows {
   const int8_t* q;
   const float* d;
   const float* dsum;
+  const int16_t* sums = nullptr;
+  const int16_t* sums16 = nullptr;
 };
 void quantize_rows(const float* x, int m, int ldx, int kp, int8_t* q, float* d, float* dsum);
+void quantize_rows_super(const float* x, int m, int ldx, int kp, int8_t* q, float* d, int16_t* sums,
+                         int16_t* sums16);
 // quantize_rows as a kernel: every ISA's gives the same bytes (max, one division, one multiply and
 // a round to nearest even per value are exact operations in any order).
 using QuantizeFn = void (*)(const float* x, int m, int ldx, int kp, int8_t* q, float* d,
@@ -59,6 +68,14 @@ using QuantizeFn = void (*)(const float* x, int m, int ldx, int kp, int8_t* q, f
 //                                       (Q4: then acc = fma(mw[n, b], dsum[t, b], acc))
 // where the integer dot product of a block is exact; so, as for the float formats, a row's result
 // does not depend on the tile, the thread, the ISA, or the other rows of the call.
+// Q4K (on Int8Super activations), per super-block b in order, with integer sums over its sub-blocks
+// s (exact in int32: |S1| <= 8 * 63 * 15 * 32 * 127):
+//   S1 = sum_s sc[n, s] * (sum_{k in s} qw * qx),  S2 = sum_s mn[n, s] * sums[t, s]
+//   acc = fma(d[n, b] * dx[t, b], float(S1), acc); acc = fma(dmin[n, b] * dx[t, b], float(-S2),
+//   acc)
+// Q6K, per super-block b in order, over its sub-blocks s of 16 (|S| < 2^29):
+//   S = sum_s sc[n, s] * (sum_{k in s} qw * qx - 32 * sums16[t, s])
+//   acc = fma(d[n, b] * dx[t, b], float(S), acc)
 using QMatmulFn = void (*)(const QRows& x, int m, const void* w, int kp, int p0, int p1, float* y,
                            int ldy, const float* bias, bool accumulate);
 
@@ -120,9 +137,9 @@ constexpr int kStatsBlock = 256;
 
 struct Kernels {
   const char* name;
-  MatmulFn matmul[kWTypes];            // by WType: F32, BF16, F16, BF16P (null for Q8, Q4)
-  QMatmulFn qmatmul[2];                // Q8, Q4
-  QuantizeFn quantize;                 // the activations of the quantized matmuls
+  MatmulFn matmul[kWTypes];            // by WType: F32, BF16, F16, BF16P (null: quantized)
+  QMatmulFn qmatmul[kWTypes];          // by WType: Q8, Q4, Q4K, Q6K (null: float formats)
+  QuantizeFn quantize;                 // the activations of the quantized matmuls (Int8Blocks)
   AttendPartFn attend_part[kKVTypes];  // by KVType
   GluFn glu[kActivations];             // by Activation
   ToF16Fn to_f16;

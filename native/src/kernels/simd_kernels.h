@@ -12,7 +12,11 @@
 //   to every lane), load_qw<WType>(group, j) (the 4 k-steps of W rows of a weight group: Q8 as
 //   int8, Q4 as its unsigned nibbles), store_qw (such a register as bytes), abs8, dot_q8(acc, |w|,
 //   w, x) and dot_q4(acc, w, x) (exact integer dot products of 4 k-steps into the lane), finish_q4
-//   (to int32 lanes).
+//   (to int32 lanes); for the K formats (simd_kformats.h) TBK and NPK_GEMV (tile shapes), iadd,
+//   isub, iset1, madd16 (pmaddwd), mullo (int32 products), load_sc (a Q4K sub-block's W scales,
+//   as scale_dot(dot_q4's sums, scales) takes them), load_mins (W rows' int16 pairs of Q4K mins),
+//   load_q6 (a Q6K group's 6-bit levels, as load_qw), dot_q6 (into int32 lanes) and load_sc8 (W
+//   int8 scales as int32).
 //
 // Batch invariance: see kernels.h. The matmul keeps one lane per output element, a chain of FMAs
 // over k (float formats) or over blocks (quantized) in order; the attention keeps one register
@@ -899,19 +903,6 @@ int softmax_stats(const float* x, int n, float t, float close, float* max_out, d
   }
   *max_out = mq, *sum_out = sum;
   return count;
-}
-
-template <class V>
-Kernels make_kernels(const char* name) {
-  return Kernels{name,
-                 {matmul<V, WType::F32>, matmul<V, WType::BF16>, matmul<V, WType::F16>, nullptr,
-                  nullptr, matmul_bf16p<V>},
-                 {qmatmul<V, WType::Q8>, qmatmul<V, WType::Q4>},
-                 quantize<V>,
-                 {attend_part<V, float>, attend_part<V, uint16_t>},
-                 {glu<V, Activation::Silu>, glu<V, Activation::GeluTanh>},
-                 to_f16<V>,
-                 softmax_stats<V>};
 }
 
 }  // namespace kwker::simd

@@ -107,6 +107,10 @@ Model::Model(const Config& cfg, int n_rope, const float* rope_cos, const float* 
   qx_ = Buffer(S * maxp);
   qd_ = Buffer(sizeof(float) * S * maxp / kQBlock);
   qdsum_ = Buffer(sizeof(float) * S * maxp / kQBlock);
+  kx_ = Buffer(S * maxp);
+  kd_ = Buffer(sizeof(float) * S * (maxp / kSuperBlock + 1));
+  ksums_ = Buffer(sizeof(int16_t) * S * maxp / kQBlock);
+  ksums16_ = Buffer(sizeof(int16_t) * S * maxp / 16);
   logits_ = Buffer(sizeof(float) * max_rows_ * pad_to(cfg.vocab));
   tie_ids_ = Buffer(sizeof(int32_t) * pool_.size() * size_t(cfg.vocab));
   scores_ = Buffer(sizeof(float) * 2 * pool_.size() * kMaxAttendRows * pad_to(max_cache_len));
@@ -186,8 +190,24 @@ void Model::set_matrix_ggml(const std::string& name, const uint8_t* data, int sr
   std::lock_guard<std::mutex> lock(mu_);
   complete_ = false;
   Matrix& m = matrix_slot(name, n, k);
+  if (wtype_super(type)) {
+    const GgmlType held = type == WType::Q4K ? GgmlType::Q4_K : GgmlType::Q6_K;
+    if (src->type != held || k % kSuperBlock)
+      throw std::invalid_argument("weight " + name + ": " + format(type).name + " holds " +
+                                  ggml_type_info(int(held))->name + " blocks only, not " +
+                                  src->name);
+  }
   place(m, type, n, k, bias);
   const size_t src_row = ggml_row_bytes(*src, k);
+  if (wtype_super(type)) {  // the file's blocks, rearranged into panels
+    pool_.run([&](int tid) {
+      auto [p0, p1] = pool_.split(pad_to(n, kPanel) / kPanel, tid);
+      for (int r = p0 * kPanel; r < std::min(n, p1 * kPanel); r++)
+        k_from_ggml(type, data + (row_order ? size_t(row_order[r]) : size_t(r)) * src_row, 1, r, k,
+                    m.w);
+    });
+    return;
+  }
   pool_.run([&](int tid) {
     auto [p0, p1] = pool_.split(pad_to(n, kPanel) / kPanel, tid);
     // [kPanel, k]: one panel's rows in float32, then in the packed element type
@@ -371,8 +391,11 @@ void for_pieces(const ThreadPool& pool, int T, int cols, int tid, const F& f) {
   const int parts = n / T;
   for (int item = tid; item < T * parts; item += n) {
     const int t = item / parts, part = item % parts;
-    const int b = cols / kQBlock, c0 = b * part / parts * kQBlock,
-              c1 = b * (part + 1) / parts * kQBlock;
+    // whole super-blocks (Int8Super activations are quantized per super-block), the last part
+    // to the end
+    const int b = (cols + kSuperBlock - 1) / kSuperBlock;
+    const int c0 = std::min(cols, b * part / parts * kSuperBlock),
+              c1 = part == parts - 1 ? cols : std::min(cols, b * (part + 1) / parts * kSuperBlock);
     if (c0 < c1) f(t, c0, c1);
   }
 }
@@ -458,21 +481,38 @@ void Model::rope_and_cache(int layer, const int32_t* slots, const int32_t* also,
   }
 }
 
-void Model::quantize_part(const Matrix& m, const float* x, int ldx, int t, int c0, int c1) {
-  if (!wtype_quantized(m.type)) return;
-  const size_t nb = m.kp / kQBlock;
-  kern_->quantize(x + size_t(t) * ldx + c0, 1, ldx, c1 - c0,
-                  qx_.as<int8_t>() + size_t(t) * m.kp + c0, qd_.as<float>() + t * nb + c0 / kQBlock,
-                  qdsum_.as<float>() + t * nb + c0 / kQBlock);
+void Model::quantize_part(std::initializer_list<const Matrix*> ms, const float* x, int ldx, int t,
+                          int c0, int c1) {
+  bool blocks = false, supers = false;
+  int kp = 0;
+  for (const Matrix* m : ms) {
+    blocks |= wtype_quantized(m->type) && !wtype_super(m->type);
+    supers |= wtype_super(m->type);
+    kp = m->kp;  // the matrices of a group read the same rows
+  }
+  const size_t nb = kp / kQBlock;
+  if (blocks)
+    kern_->quantize(x + size_t(t) * ldx + c0, 1, ldx, c1 - c0,
+                    qx_.as<int8_t>() + size_t(t) * kp + c0, qd_.as<float>() + t * nb + c0 / kQBlock,
+                    qdsum_.as<float>() + t * nb + c0 / kQBlock);
+  if (supers)
+    quantize_rows_super(x + size_t(t) * ldx + c0, 1, ldx, c1 - c0,
+                        kx_.as<int8_t>() + size_t(t) * kp + c0,
+                        kd_.as<float>() + t * (kp / kSuperBlock) + c0 / kSuperBlock,
+                        ksums_.as<int16_t>() + t * nb + c0 / kQBlock,
+                        ksums16_.as<int16_t>() + t * (kp / 16) + c0 / 16);
 }
 
 void Model::matmul_part(const Matrix& m, const float* x, int rows, int ldx, float* y, int ldy,
                         bool accumulate, int tid) {
   auto run = [&](int p0, int p1) {
-    if (wtype_quantized(m.type)) {
+    if (wtype_super(m.type)) {
+      const QRows q{kx_.as<int8_t>(), kd_.as<float>(), nullptr, ksums_.as<int16_t>(),
+                    ksums16_.as<int16_t>()};
+      kern_->qmatmul[int(m.type)](q, rows, m.w, m.kp, p0, p1, y, ldy, m.bias_ptr(), accumulate);
+    } else if (wtype_quantized(m.type)) {
       const QRows q{qx_.as<int8_t>(), qd_.as<float>(), qdsum_.as<float>()};
-      kern_->qmatmul[int(m.type) - int(WType::Q8)](q, rows, m.w, m.kp, p0, p1, y, ldy, m.bias_ptr(),
-                                                   accumulate);
+      kern_->qmatmul[int(m.type)](q, rows, m.w, m.kp, p0, p1, y, ldy, m.bias_ptr(), accumulate);
     } else {
       kern_->matmul[int(m.type)](x, rows, ldx, m.w, m.kp, p0, p1, y, ldy, m.bias_ptr(), accumulate);
     }
@@ -722,7 +762,7 @@ void Model::step_locked(const int32_t* tokens, const int32_t* slots, const int32
       Layer& L = layers_[l];
       for_pieces(pool_, T, ep_, tid, [&](int t, int c0, int c1) {
         norm_part(x + size_t(t) * ep_, L.attn_norm, xn + size_t(t) * ep_, c0, c1);
-        quantize_part(L.wq, xn, ep_, t, c0, c1);  // q, k and v share the quantized rows
+        quantize_part({&L.wq, &L.wk, &L.wv}, xn, ep_, t, c0, c1);  // one quantization each
       });
       pool_.barrier();
       matmul_part(L.wq, xn, T, ep_, q_.as<float>(), qp_, false, tid);
@@ -736,7 +776,7 @@ void Model::step_locked(const int32_t* tokens, const int32_t* slots, const int32
       pool_.barrier();
       if (wtype_quantized(L.wo.type)) {
         for_pieces(pool_, T, qp_, tid, [&](int t, int c0, int c1) {
-          quantize_part(L.wo, att_.as<float>(), qp_, t, c0, c1);
+          quantize_part({&L.wo}, att_.as<float>(), qp_, t, c0, c1);
         });
         pool_.barrier();
       }
@@ -744,7 +784,7 @@ void Model::step_locked(const int32_t* tokens, const int32_t* slots, const int32
 
       for_pieces(pool_, T, ep_, tid, [&](int t, int c0, int c1) {
         norm_part(x + size_t(t) * ep_, L.mlp_norm, xn + size_t(t) * ep_, c0, c1);
-        quantize_part(L.wgate, xn, ep_, t, c0, c1);  // gate and up share the quantized rows
+        quantize_part({&L.wgate, &L.wup}, xn, ep_, t, c0, c1);  // shared rows
       });
       pool_.barrier();
       matmul_part(L.wgate, xn, T, ep_, gate_.as<float>(), fp_, false, tid);
@@ -753,7 +793,7 @@ void Model::step_locked(const int32_t* tokens, const int32_t* slots, const int32
       for_pieces(pool_, T, fp_, tid, [&](int t, int c0, int c1) {
         float* g = gate_.as<float>() + size_t(t) * fp_;
         kern_->glu[int(c.act)](g + c0, up_.as<float>() + size_t(t) * fp_ + c0, g + c0, c1 - c0);
-        quantize_part(L.wdown, gate_.as<float>(), fp_, t, c0, c1);
+        quantize_part({&L.wdown}, gate_.as<float>(), fp_, t, c0, c1);
       });
       pool_.barrier();
       add_residual(L.wdown, gate_.as<float>(), fp_, L.post_mlp_norm, T, tid);
@@ -764,7 +804,7 @@ void Model::step_locked(const int32_t* tokens, const int32_t* slots, const int32
     // Final norm of the requested rows into the front of xn, then lm_head and argmax.
     for_pieces(pool_, R, ep_, tid, [&](int r, int c0, int c1) {
       norm_part(x + size_t(out_rows[r]) * ep_, final_norm_, xn + size_t(r) * ep_, c0, c1);
-      quantize_part(head, xn, ep_, r, c0, c1);
+      quantize_part({&head}, xn, ep_, r, c0, c1);
     });
     pool_.barrier();
     matmul_part(head, xn, R, ep_, logits_.as<float>(), vocab_stride(), false, tid);

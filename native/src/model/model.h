@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -152,9 +153,11 @@ class Model {
   size_t kv_bytes() const { return cfg_.kv_type == KVType::F16 ? 2 : 4; }  // per cache element
   // Writes hd floats into the cache at dst (element stride `stride`), in the cache's element type.
   void store_kv(const float* x, char* dst, int stride) const;
-  // Quantizes columns [c0, c1) (whole blocks) of row t of x into qx_ when `m` takes quantized
-  // activations.
-  void quantize_part(const Matrix& m, const float* x, int ldx, int t, int c0, int c1);
+  // Quantizes columns [c0, c1) (whole super-blocks, or to the row's end) of row t of x for the
+  // matrices `ms`, which read the same rows: into qx_ if one takes Int8Blocks activations, into
+  // kx_ if one takes Int8Super (a file whose q is Q4_K and v Q5_0 at int4: both).
+  void quantize_part(std::initializer_list<const Matrix*> ms, const float* x, int ldx, int t,
+                     int c0, int c1);
   // This thread's part of y = x w^T for `rows` rows (its share of the panels, then what it takes of
   // the others' unfinished shares). A quantized matrix reads the rows quantize_part wrote.
   void matmul_part(const Matrix& m, const float* x, int rows, int ldx, float* y, int ldy,
@@ -208,6 +211,9 @@ class Model {
   Buffer x_, xn_, q_, k_, v_, qh_, att_, gate_, up_;
   Buffer qx_, qd_,
       qdsum_;  // quantized activations: [max_step, max kp] int8, [max_step, max kp / kQBlock] x2
+  // Int8Super activations: [max_step, max kp] int8, [max_step, max kp / kSuperBlock + 1] float,
+  // [max_step, max kp / 32] and [max_step, max kp / 16] int16
+  Buffer kx_, kd_, ksums_, ksums16_;
   Buffer logits_;   // [max_out_rows, vocab_stride]
   Buffer tie_ids_;  // [threads][vocab] int32: softmax_stats' ids of a row's largest logits
   Buffer scores_,
