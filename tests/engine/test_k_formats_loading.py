@@ -42,15 +42,13 @@ def test_the_files_blocks_are_held_bit_for_bit(q4_k_m):
     step = load_files(q4_k_m, max_cache_len=64, precision="int4", cache=False).runner._step
     held = []
     for name, (rows, type_name) in file_matrices(q4_k_m).items():
-        if name == "embed":  # the embedding runs at Q8 at int4 (a lookup: no bytes per token)
-            continue
         n, k = rows.shape[0], rows.shape[1] // {"Q4_K": 144, "Q6_K": 210}[type_name] * 256
         back = np.asarray(_native.k_unpack(step.packed(name), type_name, n, k)).reshape(n, -1)
         assert np.array_equal(back, rows), name
         held.append(type_name)
-    # per layer: Q4_K q and k (their rows permuted in the file), o, gate, up; Q6_K v and down;
-    # and the Q6_K output
-    assert sorted(held) == ["Q4_K"] * 10 + ["Q6_K"] * 5
+    # the Q4_K embedding; per layer Q4_K q and k (their rows permuted in the file), o, gate, up,
+    # and Q6_K v and down; the Q6_K output
+    assert sorted(held) == ["Q4_K"] * 11 + ["Q6_K"] * 5
 
 
 def logits(path, isa, threads, monkeypatch, cache=False):

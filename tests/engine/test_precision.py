@@ -111,3 +111,5 @@ def test_a_ggufs_k_quants_keep_their_blocks():
     assert kept("Q8", "Q6_K", 256) == "Q6K" and kept("Q8", "Q4_K", 256) == "Q8"
     assert kept("Q4", "Q5_K", 256) == "Q4" and kept("Q4", None, 256) == "Q4"
     assert kept("BF16", "Q4_K", 256) == "BF16" and kept("Q4", "Q4_K", 288) == "Q4"
+    # an embedding is looked up: a Q4_K one stays Q4K where its precision would take Q8
+    assert kept("Q8", "Q4_K", 256, embedding=True) == "Q4K"

@@ -330,7 +330,7 @@ def load_weights(step, config, source, precision: str, recording=None) -> None:
             if bias is not None and spec.rows is not None:
                 bias = bias[spec.rows[0] : spec.rows[1]]
             fmt = embed_fmt if spec.native in ("embed", "lm_head") else matrix_fmt
-            fmt = kept_format(fmt, t.type_name, t.shape[1])
+            fmt = kept_format(fmt, t.type_name, t.shape[1], embedding=spec.native == "embed")
             step.set_matrix_ggml(spec.native, raw, t.ggml_type, n, t.shape[1],
                                  getattr(_native.WType, fmt), bias, t.row_order)  # fmt: skip
             if recording is not None:

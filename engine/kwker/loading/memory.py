@@ -215,7 +215,10 @@ def matrix_sizes(c, precision: str, tied: bool, types: dict | None = None) -> li
     named += [(f"layers.{i}.{m}", p.matrices, *shapes[m])
               for i in range(c.num_hidden_layers) for m in LAYER_MATRICES]  # fmt: skip
     types = types or {}
-    return [panel_bytes(kept_format(fmt, types.get(name), k), n, k) for name, fmt, n, k in named]
+    return [
+        panel_bytes(kept_format(fmt, types.get(name), k, embedding=name == "embed"), n, k)
+        for name, fmt, n, k in named
+    ]
 
 
 def parameters(c, tied: bool) -> int:

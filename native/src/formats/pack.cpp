@@ -219,10 +219,30 @@ void ggml_scale_min(const uint8_t* q, int s, uint8_t* sc, uint8_t* mn) {
   }
 }
 
-// Row i of a Q4K block as a row's nibble at column c of the super-block, set.
-void set_q4k_nibble(BlockQ4K& b, int i, int c, int q) {
-  uint8_t& byte = b.q[c / kQBlock][c % kQBlock / kQGroup][i % 8][c % kQGroup];
-  byte = i < 8 ? uint8_t((byte & 0xf0) | q) : uint8_t((byte & 0x0f) | q << 4);
+uint32_t load_u32(const uint8_t* p) {
+  uint32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+void store_u32(uint8_t* p, uint32_t v) { std::memcpy(p, &v, 4); }
+
+// f(r, b) for the rows [r0, r0 + rows) and super-blocks [0, nb) of a matrix, a panel at a time and
+// in it by super-block: each BlockQ4K / BlockQ6K is written whole while it is in L1 (by rows, a
+// panel's blocks of an 8960-wide matrix spilled L2, and loading ran at 0.5 GB/s).
+template <class F>
+void by_block(int rows, int r0, int nb, const F& f) {
+  for (int p0 = r0; p0 < r0 + rows; p0 = (p0 / kPanel + 1) * kPanel) {
+    const int p1 = std::min(r0 + rows, (p0 / kPanel + 1) * kPanel);
+    for (int b = 0; b < nb; b++)
+      for (int r = p0; r < p1; r++) f(r, b);
+  }
+}
+
+// Row i's 4 nibbles (v: one in the low half of each byte) into the 4 bytes at p, which hold
+// rows i % 8 (low nibbles) and i % 8 + 8 (high).
+void merge_nibbles(uint8_t* p, uint32_t v, int i) {
+  const uint32_t old = load_u32(p);
+  store_u32(p, i < 8 ? (old & 0xF0F0F0F0u) | v : (old & 0x0F0F0F0Fu) | v << 4);
 }
 
 }  // namespace
@@ -231,22 +251,24 @@ void set_q4k_nibble(BlockQ4K& b, int i, int c, int q) {
 // 32 in the low nibbles of 32 bytes of qs and the next 32 in their high nibbles.
 void q4k_from_ggml(const uint8_t* src, int rows, int r0, int k, void* dst) {
   const int nb = k / kSuperBlock;
-  for (int r = r0; r < r0 + rows; r++) {
+  by_block(rows, r0, nb, [&](int r, int b) {
     const int i = r % kPanel;
-    for (int b = 0; b < nb; b++) {
+    {
       const uint8_t* g = src + (size_t(r - r0) * nb + b) * kGgmlQ4KBytes;
       BlockQ4K& out = *const_cast<BlockQ4K*>(q4k_block(dst, k, r, b * kSuperBlock));
       std::memcpy(&out.d[i], g, 2);
       std::memcpy(&out.dmin[i], g + 2, 2);
       for (int s = 0; s < kSubBlocks; s++)
         ggml_scale_min(g + 4, s, &out.sc[s][i], &out.mn[s / 2][i][s % 2]);
+      // 4 k-steps at a time: 4 source bytes' nibbles into the 4 bytes of the group, in row i's
+      // half of each (word operations: a load takes about as long as reading the file)
       const uint8_t* qs = g + 16;
-      for (int c = 0; c < kSuperBlock; c++) {
-        const uint8_t byte = qs[c / 64 * 32 + c % 32];
-        set_q4k_nibble(out, i, c, c % 64 < 32 ? byte & 0xF : byte >> 4);
+      for (int c = 0; c < kSuperBlock; c += kQGroup) {
+        const uint32_t v = load_u32(qs + c / 64 * 32 + c % 32) >> (c % 64 < 32 ? 0 : 4);
+        merge_nibbles(&out.q[c / kQBlock][c % kQBlock / kQGroup][i % 8][0], v & 0x0F0F0F0Fu, i);
       }
     }
-  }
+  });
 }
 
 void ggml_from_q4k(const void* packed, int r, int k, uint8_t* out) {
@@ -280,24 +302,23 @@ const BlockQ6K* q6k_block(const void* packed, int kp, int r, int c) {
 // l < 32): low nibble s / 2 of ql[64 h + 32 (s % 2) + l], high bits 2 s of qh[32 h + l].
 void q6k_from_ggml(const uint8_t* src, int rows, int r0, int k, void* dst) {
   const int nb = k / kSuperBlock;
-  for (int r = r0; r < r0 + rows; r++) {
+  by_block(rows, r0, nb, [&](int r, int b) {
     const int i = r % kPanel;
-    for (int b = 0; b < nb; b++) {
+    {
       const uint8_t* g = src + (size_t(r - r0) * nb + b) * kGgmlQ6KBytes;
       BlockQ6K& out = *const_cast<BlockQ6K*>(q6k_block(dst, k, r, b * kSuperBlock));
       std::memcpy(&out.d[i], g + 208, 2);
       for (int s = 0; s < kSubBlocks16; s++) out.sc[s][i] = int8_t(g[192 + s]);
-      for (int c = 0; c < kSuperBlock; c++) {
-        const int h = c / 128, s = c / 32 % 4, l = c % 32;
-        const int low = (g[64 * h + 32 * (s % 2) + l] >> (4 * (s / 2))) & 0xF;
-        const int high = (g[128 + 32 * h + l] >> (2 * s)) & 3;
-        const int grp = c / kQGroup, e = c % kQGroup;
-        uint8_t& lo = out.ql[grp][i % 8][e];
-        lo = i < 8 ? uint8_t((lo & 0xf0) | low) : uint8_t((lo & 0x0f) | low << 4);
-        out.qh[grp][(i % 4) * kQGroup + e] |= uint8_t(high << (2 * (i / 4)));
+      for (int c = 0; c < kSuperBlock; c += kQGroup) {  // 4 k-steps at a time, as Q4K's
+        const int h = c / 128, s = c / 32 % 4, l = c % 32, grp = c / kQGroup;
+        const uint32_t low = load_u32(g + 64 * h + 32 * (s % 2) + l) >> (4 * (s / 2));
+        const uint32_t high = load_u32(g + 128 + 32 * h + l) >> (2 * s) & 0x03030303u;
+        merge_nibbles(&out.ql[grp][i % 8][0], low & 0x0F0F0F0Fu, i);
+        uint8_t* top = &out.qh[grp][(i % 4) * kQGroup];
+        store_u32(top, load_u32(top) | high << (2 * (i / 4)));
       }
     }
-  }
+  });
 }
 
 void ggml_from_q6k(const void* packed, int r, int k, uint8_t* out) {

@@ -202,9 +202,11 @@ void Model::set_matrix_ggml(const std::string& name, const uint8_t* data, int sr
   if (wtype_super(type)) {  // the file's blocks, rearranged into panels
     pool_.run([&](int tid) {
       auto [p0, p1] = pool_.split(pad_to(n, kPanel) / kPanel, tid);
-      for (int r = p0 * kPanel; r < std::min(n, p1 * kPanel); r++)
-        k_from_ggml(type, data + (row_order ? size_t(row_order[r]) : size_t(r)) * src_row, 1, r, k,
-                    m.w);
+      const int r0 = p0 * kPanel, r1 = std::min(n, p1 * kPanel);
+      if (!row_order && r0 < r1)  // the share's rows are consecutive in the file
+        k_from_ggml(type, data + size_t(r0) * src_row, r1 - r0, r0, k, m.w);
+      for (int r = r0; row_order && r < r1; r++)
+        k_from_ggml(type, data + size_t(row_order[r]) * src_row, 1, r, k, m.w);
     });
     return;
   }
