@@ -44,7 +44,7 @@ def main() -> None:
         try:
             logp, dec = kwker_log_probs(args.model, ids, args.precision)
         finally:
-            for t, k in zip(tables, kept):
+            for t, k in zip(tables, kept, strict=True):
                 t.update(k)
         name = (
             f"kwker {args.precision}, requantized ({dec.weight_bytes_per_token / 1e6:.0f} MB/token)"
