@@ -70,18 +70,23 @@ static_assert(sizeof(BlockQ4K) == 2368, "BlockQ4K: 64 + 256 header bytes + 4096 
 constexpr int kGgmlQ4KBytes = 144;
 
 // Q6K: ggml's Q6_K, held exactly. A row's super-block has an fp16 scale d and 16 sub-blocks of 16
-// with int8 scales sc: value = d * sc * (q - 32), q in [0, 63]. In a panel's BlockQ6K, q's low
-// nibbles are in Q4's group layout (group G: k-steps 4G..4G+3 of the super-block) and its top two
-// bits in a plane of 16 bytes a group: row R's k-step e at bits 2 (R / 4) of byte (R % 4) * 4 + e,
-// so that a register of rows R % 4 = r (a 32-bit lane r of each 128-bit quarter) holds them
-// shifted by a constant per quarter. 6.5625 bits per weight, as ggml's.
+// with int8 scales sc: value = d * sc * (q - 32), q in [0, 63]. In a panel's BlockQ6K, a group of
+// 4 k-steps is the 64 bytes [row][step] of Q8's groups, split into planes that a 64-byte load
+// brings whole: per sub-block (4 groups), q's low nibbles two groups a line (group 2P in the low
+// halves, 2P + 1 in the high) and its top two bits in one line (group G at bits 2G). A group's
+// levels are then 3 or 4 operations away (an AND, a shift, a ternary merge), where Q4's layout of
+// 8 rows a nibble needs a broadcast and a masked shift first; and a sub-block's 192 bytes are
+// contiguous, one stream for the prefetcher (planes apart, the lm_head's GEMV ran at half the
+// bandwidth). 6.5625 bits a weight, as ggml's.
 constexpr int kSubBlocks16 = kSuperBlock / 16;          // 16
 constexpr int kGroupsPerSuper = kSuperBlock / kQGroup;  // 64
 struct BlockQ6K {
-  uint16_t d[kPanel];                                // fp16, per row
-  int8_t sc[kSubBlocks16][kPanel];                   // [sub-block][row]
-  uint8_t ql[kGroupsPerSuper][kPanel / 2][kQGroup];  // as BlockQ4's q: row r and r + 8
-  uint8_t qh[kGroupsPerSuper][kPanel];               // [group][(row % 4) * 4 + step]
+  uint16_t d[kPanel];               // fp16, per row
+  int8_t sc[kSubBlocks16][kPanel];  // [sub-block][row]
+  struct Sub {
+    uint8_t ql[2][kPanel][kQGroup];  // [pair][row][step]: two groups' nibbles
+    uint8_t qh[kPanel][kQGroup];     // [row][step]: the 4 groups' top bits
+  } sub[kSubBlocks16];
 };
 static_assert(sizeof(BlockQ6K) == 3360, "BlockQ6K: 32 + 256 header bytes + 4096 6-bit values");
 constexpr int kGgmlQ6KBytes = 210;  // ggml's block_q6_K: 256 values
@@ -219,9 +224,9 @@ void ggml_from_q4k(const void* packed, int r, int k, uint8_t* out);
 // The same for Q6K and ggml's Q6_K (kGgmlQ6KBytes per 256 values).
 const BlockQ6K* q6k_block(const void* packed, int kp, int r, int c);
 inline int q6k_level(const BlockQ6K& b, int i, int c) {  // row i, column c: q in [0, 63]
-  const int g = c / kQGroup, e = c % kQGroup;
-  const uint8_t lo = b.ql[g][i % 8][e], hi = b.qh[g][(i % 4) * kQGroup + e];
-  return ((i < 8 ? lo : lo >> 4) & 0xF) | ((hi >> (2 * (i / 4))) & 3) << 4;
+  const BlockQ6K::Sub& s = b.sub[c / 16];
+  const int g = c % 16 / kQGroup, e = c % kQGroup;
+  return ((s.ql[g / 2][i][e] >> (4 * (g % 2))) & 0xF) | ((s.qh[i][e] >> (2 * g)) & 3) << 4;
 }
 void q6k_from_ggml(const uint8_t* src, int rows, int r0, int k, void* dst);
 void ggml_from_q6k(const void* packed, int r, int k, uint8_t* out);

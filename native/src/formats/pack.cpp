@@ -313,9 +313,13 @@ void q6k_from_ggml(const uint8_t* src, int rows, int r0, int k, void* dst) {
         const int h = c / 128, s = c / 32 % 4, l = c % 32, grp = c / kQGroup;
         const uint32_t low = load_u32(g + 64 * h + 32 * (s % 2) + l) >> (4 * (s / 2));
         const uint32_t high = load_u32(g + 128 + 32 * h + l) >> (2 * s) & 0x03030303u;
-        merge_nibbles(&out.ql[grp][i % 8][0], low & 0x0F0F0F0Fu, i);
-        uint8_t* top = &out.qh[grp][(i % 4) * kQGroup];
-        store_u32(top, load_u32(top) | high << (2 * (i / 4)));
+        // the first group of a pair or quad writes the row's 4 bytes, the others add to them
+        BlockQ6K::Sub& sub = out.sub[grp / 4];
+        const int g4 = grp % 4;
+        uint8_t* lo = &sub.ql[g4 / 2][i][0];
+        const uint32_t l4 = (low & 0x0F0F0F0Fu) << (4 * (g4 % 2));
+        store_u32(lo, g4 % 2 ? load_u32(lo) | l4 : l4);
+        store_u32(&sub.qh[i][0], g4 ? load_u32(&sub.qh[i][0]) | high << (2 * g4) : high);
       }
     }
   });
@@ -355,14 +359,6 @@ void copy_panel_row(const void* src, int rs, void* dst, int rd, WType t, int kp)
   if (wtype_super(t)) {  // through ggml's row: each row's fields are spread over its block
     std::vector<uint8_t> row(size_t(kp / kSuperBlock) * ggml_block_bytes(t));
     ggml_from_k(t, src, rs, kp, row.data());
-    if (t == WType::Q6K) {  // q6k_from_ggml ORs the top bits into a zeroed plane: clear the row's
-      for (int c = 0; c < kp; c += kSuperBlock) {
-        BlockQ6K& b = *const_cast<BlockQ6K*>(q6k_block(dst, kp, rd, c));
-        for (int g = 0; g < kGroupsPerSuper; g++)
-          for (int e = 0; e < kQGroup; e++)
-            b.qh[g][(rd % 4) * kQGroup + e] &= uint8_t(~(3 << (2 * (rd % kPanel / 4))));
-      }
-    }
     k_from_ggml(t, row.data(), 1, rd, kp, dst);
     return;
   }

@@ -135,14 +135,20 @@ struct Avx2 {
   static ireg madd16(ireg a, ireg b) { return _mm256_madd_epi16(a, b); }
   static ireg isub(ireg a, ireg b) { return _mm256_sub_epi32(a, b); }
   static ireg iset1(int32_t v) { return _mm256_set1_epi32(v); }
-  // Q6K: rows 8j..8j+7's levels (0..63) at 4 k-steps: the low nibbles as Q4's, the top bits from
-  // their plane shifted to bits 4-5 per 128-bit half (rows 4q..4q+3 hold theirs at bits 2q)
+  // Q6K: rows 8j..8j+7's levels (0..63) at 4 k-steps of group G of a quad (formats.h): the half
+  // 32j of its pair's nibble line and of its quad's top-bit line, the top bits shifted to bits 4-5
+  // (in 16-bit lanes: what comes from a neighbouring byte is masked off)
+  template <int G>
   static ireg load_q6(const uint8_t* ql, const uint8_t* qh, int j) {
-    const __m256i h =
-        _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(qh)));
-    const __m256i s = j ? _mm256_srlv_epi32(h, _mm256_setr_epi32(0, 0, 0, 0, 2, 2, 2, 2))
-                        : _mm256_sllv_epi32(h, _mm256_setr_epi32(4, 4, 4, 4, 2, 2, 2, 2));
-    return _mm256_or_si256(load_qw<WType::Q4>(ql, j), _mm256_and_si256(s, _mm256_set1_epi8(0x30)));
+    const __m256i n = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ql + 32 * j));
+    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qh + 32 * j));
+    const __m256i lo =
+        _mm256_and_si256(G % 2 ? _mm256_srli_epi16(n, 4) : n, _mm256_set1_epi8(0x0f));
+    const __m256i top = G == 0   ? _mm256_slli_epi16(h, 4)
+                        : G == 1 ? _mm256_slli_epi16(h, 2)
+                        : G == 2 ? h
+                                 : _mm256_srli_epi16(h, 2);
+    return _mm256_or_si256(lo, _mm256_and_si256(top, _mm256_set1_epi8(0x30)));
   }
   // levels (0..63) times x: pairs are at most 2 * 63 * 127 (no saturation), widened at once
   static ireg dot_q6(ireg acc, ireg w, ireg x) {

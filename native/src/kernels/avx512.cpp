@@ -126,14 +126,20 @@ struct Avx512 {
     return _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
   }
   static ireg madd16(ireg a, ireg b) { return _mm512_madd_epi16(a, b); }
-  // Q6K: the levels q (0..63) of 16 rows at 4 k-steps, the low nibbles as Q4's and the top bits
-  // from their plane (formats.h), brought to bits 4-5 by a rotation per 128-bit quarter (the
-  // quarter of rows 4q..4q+3 holds theirs at bits 2q)
+  // Q6K: the levels q (0..63) of 16 rows at 4 k-steps of group G of a quad (formats.h): its
+  // nibbles (the low or high halves of its pair's line) and its top bits (bits 2G of the quad's
+  // line) shifted to bits 4-5, merged by a ternary logic op (nib | (top & 0x30)). Shifts are in
+  // 16-bit lanes; what they bring from a neighbouring byte is masked off.
+  template <int G>
   static ireg load_q6(const uint8_t* ql, const uint8_t* qh, int) {
-    const __m512i h = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(qh)));
-    const __m512i r =
-        _mm512_rolv_epi32(h, _mm512_setr_epi32(4, 4, 4, 4, 2, 2, 2, 2, 0, 0, 0, 0, 30, 30, 30, 30));
-    return _mm512_or_si512(load_qw<WType::Q4>(ql, 0), _mm512_and_si512(r, _mm512_set1_epi8(0x30)));
+    const __m512i n = _mm512_loadu_si512(ql), h = _mm512_loadu_si512(qh);
+    const __m512i lo =
+        _mm512_and_si512(G % 2 ? _mm512_srli_epi16(n, 4) : n, _mm512_set1_epi8(0x0f));
+    const __m512i top = G == 0   ? _mm512_slli_epi16(h, 4)
+                        : G == 1 ? _mm512_slli_epi16(h, 2)
+                        : G == 2 ? h
+                                 : _mm512_srli_epi16(h, 2);
+    return _mm512_ternarylogic_epi32(lo, top, _mm512_set1_epi8(0x30), 0xF8);  // a | (b & c)
   }
   static ireg dot_q6(ireg acc, ireg w, ireg x) { return _mm512_dpbusd_epi32(acc, w, x); }
   static ireg load_sc8(const int8_t* p) {

@@ -92,8 +92,8 @@ __attribute__((noinline)) void q4k_tile(const QRows& x, int kp, const uint8_t* b
 }
 
 // A Q6K register tile (kernels.h): TB tokens x NP panels (p, p + ps, ...). Per sub-block of 16,
-// the exact dot products of the 6-bit levels (load_q6: the low nibbles as Q4's, the top bits from
-// their plane) with every token's activations, less 32 times the token's sum of the sub-block,
+// the exact dot products of the 6-bit levels (load_q6: a nibble and the top bits, each from its
+// plane) with every token's activations, less 32 times the token's sum of the sub-block,
 // times the row's int8 scale into an int32 sum; per super-block one FMA. The generic kernel's bits.
 template <class V, int TB, int NP>
 __attribute__((noinline)) void q6k_tile(const QRows& x, int kp, const uint8_t* base, int p, int ps,
@@ -118,15 +118,17 @@ __attribute__((noinline)) void q6k_tile(const QRows& x, int kp, const uint8_t* b
     for (int sb = 0; sb < kSubBlocks16; sb++) {
       I dot[TB][J];
       fill(dot, V::izero());
-#pragma GCC unroll 1  // (see qmatmul_tile)
-      for (int g = sb * 4; g < sb * 4 + 4; g++) {
+      // the sub-block's 4 groups: two lines of nibbles, one of top bits (formats.h)
+      auto group = [&](auto gi) {
+        constexpr int G = decltype(gi)::value;
         I wv[J];
 #pragma GCC unroll 16
         for (int j = 0; j < J; j++)
-          wv[j] = V::load_q6(&blk[j / RP]->ql[g][0][0], &blk[j / RP]->qh[g][0], j % RP);
+          wv[j] = V::template load_q6<G>(&blk[j / RP]->sub[sb].ql[G / 2][0][0],
+                                         &blk[j / RP]->sub[sb].qh[0][0], j % RP);
 #pragma GCC unroll 16
         for (int t = 0; t < TB; t++) {
-          const I xv = V::bcast4(xb + size_t(t) * kp + g * kQGroup);
+          const I xv = V::bcast4(xb + size_t(t) * kp + (4 * sb + G) * kQGroup);
 #pragma GCC unroll 16
           for (int j = 0; j < J; j++) dot[t][j] = V::dot_q6(dot[t][j], wv[j], xv);
         }
@@ -134,7 +136,8 @@ __attribute__((noinline)) void q6k_tile(const QRows& x, int kp, const uint8_t* b
         for (int t = 0; t < TB; t++)
 #pragma GCC unroll 16
           for (int j = 0; j < J; j++) V::pin(dot[t][j]);
-      }
+      };
+      group(Int<0>{}), group(Int<1>{}), group(Int<2>{}), group(Int<3>{});
 #pragma GCC unroll 16
       for (int j = 0; j < J; j++) {
         const I sc = V::load_sc8(&blk[j / RP]->sc[sb][(j % RP) * V::W]);
