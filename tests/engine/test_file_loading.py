@@ -85,7 +85,17 @@ def real_gguf(request):
     return path, model
 
 
-def test_a_real_gguf_packs_what_transformers_loading_it_packs_at_every_precision(real_gguf):
+def test_a_real_gguf_packs_what_transformers_loading_it_packs_at_every_precision(
+    real_gguf, monkeypatch
+):
+    """The file's values, dequantized natively, are transformers' to the bit: packed at any
+    precision, they give its logits. (Where a precision keeps a Q4_K or Q6_K matrix's blocks as
+    they are, transformers' floats are requantized instead: that is turned off here, and
+    tests/engine/test_k_formats_loading.py checks the kept blocks.)"""
+    from kwker import precision as precisions
+
+    monkeypatch.setattr(precisions, "KEPT_FORMATS", {})
+    monkeypatch.setattr(precisions, "KEPT_EMBEDDING_FORMATS", {})
     path, model = real_gguf
     for precision in NAMES:
         ours = load_files(path, max_cache_len=64, precision=precision, cache=False)
