@@ -131,8 +131,15 @@ __attribute__((noinline)) void q6k_tile(const QRows& x, int kp, const uint8_t* b
 #pragma GCC unroll 1
     for (int sb = 0; sb < kSubBlocks16; sb++) {
       if constexpr (TB > 1) prefetch_next<BlockQ6K, kSubBlocks16>(blk[0], NP * panel_stride, sb);
+      // each chain starts at -32 times its token's sum of the sub-block: the levels' offset
       I dot[TB][J];
-      fill(dot, V::izero());
+#pragma GCC unroll 16
+      for (int t = 0; t < TB; t++) {
+        const int16_t xs = x.sums16[size_t(t) * (kp / 16) + b * kSubBlocks16 + sb];
+        const I off = V::iset1(-32 * int32_t(xs));
+#pragma GCC unroll 16
+        for (int j = 0; j < J; j++) dot[t][j] = off;
+      }
       // the sub-block's 4 groups: two lines of nibbles, one of top bits (formats.h)
       auto group = [&](auto gi) {
         constexpr int G = decltype(gi)::value;
@@ -157,11 +164,7 @@ __attribute__((noinline)) void q6k_tile(const QRows& x, int kp, const uint8_t* b
       for (int j = 0; j < J; j++) {
         const I sc = V::load_sc8(&blk[j / RP]->sc[sb][(j % RP) * V::W]);
 #pragma GCC unroll 16
-        for (int t = 0; t < TB; t++) {
-          const int16_t xs = x.sums16[size_t(t) * (kp / 16) + b * kSubBlocks16 + sb];
-          const I off = V::iset1(32 * int32_t(xs));
-          sum[t][j] = V::iadd(sum[t][j], V::mullo(V::isub(dot[t][j], off), sc));
-        }
+        for (int t = 0; t < TB; t++) sum[t][j] = V::iadd(sum[t][j], V::mullo(dot[t][j], sc));
       }
     }
 #pragma GCC unroll 16
