@@ -7,8 +7,6 @@ import statistics
 import threading
 import time
 
-import torch
-
 from kwker.bench import report
 from kwker.bench.measure import prompt_tokens
 
@@ -23,30 +21,31 @@ def run_batch(
     out=print,
 ) -> dict:
     """Aggregate generation throughput with B requests served together (continuous batching, lookup
-    off), and their time to first token when they all arrive at once."""
-    from kwker.hf.decoder import KwkDecoder
+    off), and their time to first token when they all arrive at once. kwker loads the model's files
+    as `kwker serve` does (precision None: the nearest to the files' own)."""
     from kwker.loading.build import default_threads
-    from kwker.models.loader import DEFAULT_MODEL, load_model
+    from kwker.loading.load import load_files
+    from kwker.models.loader import DEFAULT_MODEL, resolve_model
 
     threads = threads or default_threads()
-    model, _ = load_model(model_spec, dtype=torch.float32)
+    path = resolve_model(model_spec)
     result = {
         "model": model_spec or DEFAULT_MODEL,
-        "precision": precision or "model dtype",
         "threads": threads,
         "results": [],
     }
     for line in report.BATCH_HEADER:
         out(line)
     for b in batches:
-        dec = KwkDecoder(
-            model,
+        dec = load_files(
+            path,
             max_cache_len=prompt_len + tg + 8,
             precision=precision,
             threads=threads,
             max_batch=b,
         )
-        row = serve_together(dec, b, model.config.vocab_size, prompt_len, tg)
+        result["precision"] = dec.precision
+        row = serve_together(dec, b, dec.config.vocab_size, prompt_len, tg)
         out(report.batch_row(row))
         result["results"].append(row)
     for line in report.batch_scaling_lines(result["results"]):

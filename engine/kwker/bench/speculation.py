@@ -55,25 +55,24 @@ def run_speculative(
     """Greedy tokens/s per task: plain decoding, prompt lookup (and the draft model, with
     draft_spec), checked to give the same tokens; plus transformers' own prompt_lookup_num_tokens on
     the same task as a peer."""
-    from kwker.hf.decoder import KwkDecoder
     from kwker.loading.build import default_threads
-    from kwker.models.loader import DEFAULT_MODEL, load_model
+    from kwker.loading.load import load_files
+    from kwker.models.loader import DEFAULT_MODEL, load_model, resolve_model
 
     threads = threads or default_threads()
-    torch.set_num_threads(threads)
-    model, tokenizer = load_model(model_spec, dtype=torch.float32)
-    dec = KwkDecoder(
-        model, max_cache_len=1024, precision=precision, threads=threads, tokenizer=tokenizer
+    # kwker loads the files as the app does (a GGUF's K-quant blocks kept); the peers' transformers
+    # model is loaded only for the peers
+    dec = load_files(
+        resolve_model(model_spec), max_cache_len=1024, precision=precision, threads=threads
     )
+    tokenizer = dec.tokenizer
     modes = {"plain": dict(lookup=0), "lookup": dict(lookup=LOOKUP)}
     if draft_spec:
-        dmodel, dtok = load_model(draft_spec, dtype=torch.float32)
-        draft = KwkDecoder(
-            dmodel,
+        draft = load_files(
+            resolve_model(draft_spec),
             max_cache_len=1024,
             precision=draft_precision or DRAFT,
             threads=threads,
-            tokenizer=dtok,
         )
         modes["draft"] = dict(lookup=0, draft=draft)
         modes["lookup+draft"] = dict(lookup=LOOKUP, draft=draft)
@@ -85,6 +84,9 @@ def run_speculative(
     }
     # transformers' float32 forward of a large target is too slow to be a useful peer beside a draft
     peers = not draft_spec
+    if peers:
+        torch.set_num_threads(threads)
+        model, _ = load_model(model_spec, dtype=torch.float32)
     # the model is loaded as float32: its own precision is fp32
     llama = (
         llama_lookup_peer(model_spec, canonical(precision) or "fp32", threads, out)
@@ -98,19 +100,16 @@ def run_speculative(
         out(line)
     for task, text in TASKS.items():
         ids = tokenizer.apply_chat_template(
-            [{"role": "user", "content": text}],
-            add_generation_prompt=True,
-            return_tensors="pt",
-            return_dict=True,
+            [{"role": "user", "content": text}], add_generation_prompt=True
         )["input_ids"]
         result["tasks"][task] = time_modes(dec, ids, modes, max_new_tokens, repeats, task, out)
         if not peers:
             continue
-        ratio = transformers_lookup_speedup(model, tokenizer, ids, max_new_tokens)
+        ratio = transformers_lookup_speedup(model, tokenizer, torch.tensor([ids]), max_new_tokens)
         out(f"| {task} | transformers prompt lookup | {ratio:.2f}x its own plain decoding |")
         result["tasks"][task]["transformers_lookup_speedup"] = ratio
         if llama is not None:
-            ratio, same = llama.lookup_speedup(ids[0].tolist(), max_new_tokens, repeats)
+            ratio, same = llama.lookup_speedup(ids, max_new_tokens, repeats)
             out(
                 f"| {task} | llama.cpp prompt lookup ({llama.fmt}) | {ratio:.2f}x its own plain decoding"
                 f"{'' if same else ', and a different text than its plain decoding'} |"

@@ -1,0 +1,57 @@
+"""`kwker bench --batch` and `--lookup` / `--draft` run kwker on the model's files, as the app and
+`kwker serve` do: their rows come from the decoder the files give (a GGUF's K-quant blocks kept),
+and speculation's modes give plain decoding's tokens."""
+
+import pytest
+
+from kwker.bench.batch import run_batch
+from kwker.bench.speculation import TASKS, run_speculative
+from kwker.loading.load import load_files
+from kwker.models.loader import resolve_model
+
+SMOLLM2 = "HuggingFaceTB/SmolLM2-135M-Instruct"
+
+
+@pytest.fixture(scope="module")
+def smollm2_file():
+    return resolve_model(SMOLLM2)
+
+
+def test_batch_bench_serves_requests_on_the_files(smollm2_file):
+    lines = []
+    result = run_batch(
+        SMOLLM2, precision="int4", batches=(1, 3), tg=6, prompt_len=10, out=lines.append
+    )
+    assert result["precision"] == load_files(smollm2_file, precision="int4").precision == "int4"
+    rows = result["results"]
+    assert [r["batch"] for r in rows] == [1, 3]
+    for r in rows:
+        # b requests of 6 tokens each: aggregate rates are positive and finite, and the whole
+        # run's (first tokens included) is below generation's
+        assert 0 < r["tokens_per_s"] < r["generation_tokens_per_s"] < 1e6
+        assert r["ttft_ms"] > 0
+    assert any(line.startswith("batch 3: generation ") for line in lines)
+
+
+def test_speculation_bench_modes_on_the_files(smollm2_file):
+    lines = []
+    # SmolLM2 as its own draft (no peers are run beside a draft): every mode runs, and
+    # run_speculative raises if one changes a token (the controller may not draft at all, as a
+    # draft this dear never pays)
+    result = run_speculative(
+        SMOLLM2,
+        precision="int4",
+        draft_spec=SMOLLM2,
+        max_new_tokens=24,
+        repeats=1,
+        out=lines.append,
+    )
+    assert result["precision"] == "int4" and result["draft"]["precision"] == "int4"
+    assert set(result["tasks"]) == set(TASKS)
+    for rows in result["tasks"].values():
+        assert set(rows) == {"plain", "lookup", "draft", "lookup+draft"}
+        assert rows["plain"]["speedup"] == 1.0
+        for row in rows.values():
+            assert row["tokens_per_s"] > 0 and row["tokens_per_step"] >= 1
+    # the rewrite task copies its prompt: lookup takes several tokens a step there
+    assert result["tasks"]["rewrite"]["lookup"]["tokens_per_step"] > 1
