@@ -10,14 +10,15 @@ namespace kwker::simd {
 // Multi-row K tiles ask for the next panel's super-block (at `ahead` bytes from this one) while
 // they compute on this one, a share of its lines at each of its S sub-blocks: as qmatmul_tile, for
 // the reason it gives. Without it, an 8-row Q4K tile ran at 55% of its in-cache speed on weights
-// streaming from memory (perf-notes #47).
+// streaming from memory. Into L2, not L1: L1 holds the rows' activations, which the next panel's
+// lines would evict (perf-notes #47).
 template <class B, int S>
 inline void prefetch_next(const B* blk, size_t ahead, int sb) {
   constexpr int lines = (sizeof(B) + 63) / 64, per = (lines + S - 1) / S;
   const char* next = reinterpret_cast<const char*>(blk) + ahead;
 #pragma GCC unroll 8
   for (int i = sb * per; i < std::min(lines, (sb + 1) * per); i++)
-    __builtin_prefetch(next + size_t(i) * 64);
+    __builtin_prefetch(next + size_t(i) * 64, 0, 2);
 }
 
 // A Q4K register tile (kernels.h): TB tokens x NP panels (p, p + ps, ...). Per sub-block, the exact
