@@ -232,10 +232,14 @@ __attribute__((noinline)) void vnni_tile(const QRows& x, int kp, const uint8_t* 
     for (int j = 0; j < NP; j++) V::store(&accm[t][j * V::W], V::zero());
   const I c80 = V::iset1(int32_t(0x80808080u));
   for (int b = 0; b < nb; b++) {
-    // No software prefetch: asking for the next tiles' block (as qmatmul_tile does) made 2-6 row
-    // steps 5-14% slower on Zen 4, whose hardware prefetcher keeps up with NP panel streams
-    // (perf-notes #26).
     const uint8_t* blk = base + size_t(b) * block_bytes;  // panel j's: + j * panel_stride
+    // The next tile's panels' block, into L2 (perf-notes #47; into L1, as qmatmul_tile does, it
+    // made 2-6 row steps 5-14% slower on Zen 4, #26)
+#pragma GCC unroll 4
+    for (int j = NP; j < 2 * NP; j++)
+#pragma GCC unroll 8
+      for (size_t o = 0; o < block_bytes; o += 64)
+        __builtin_prefetch(blk + j * panel_stride + o, 0, 2);
     const int8_t* xb = x.q + size_t(b) * kQBlock;
     I dot[TB][NP], wsum[NP];
     fill(dot, V::izero());
