@@ -2,27 +2,18 @@
 `kwker serve` do: their rows come from the decoder the files give (a GGUF's K-quant blocks kept),
 and speculation's modes give plain decoding's tokens."""
 
-import pytest
-
 from kwker.bench.batch import run_batch
 from kwker.bench.speculation import TASKS, run_speculative
-from kwker.loading.load import load_files
-from kwker.models.loader import resolve_model
 
 SMOLLM2 = "HuggingFaceTB/SmolLM2-135M-Instruct"
 
 
-@pytest.fixture(scope="module")
-def smollm2_file():
-    return resolve_model(SMOLLM2)
-
-
-def test_batch_bench_serves_requests_on_the_files(smollm2_file):
+def test_batch_bench_serves_requests_on_the_files():
     lines = []
     result = run_batch(
         SMOLLM2, precision="int4", batches=(1, 3), tg=6, prompt_len=10, out=lines.append
     )
-    assert result["precision"] == load_files(smollm2_file, precision="int4").precision == "int4"
+    assert result["precision"] == "int4"
     rows = result["results"]
     assert [r["batch"] for r in rows] == [1, 3]
     for r in rows:
@@ -32,7 +23,7 @@ def test_batch_bench_serves_requests_on_the_files(smollm2_file):
     assert any(line.startswith("batch 3: generation ") for line in lines)
 
 
-def test_speculation_bench_modes_on_the_files(smollm2_file):
+def test_speculation_bench_modes_on_the_files():
     lines = []
     # SmolLM2 as its own draft (no peers are run beside a draft): every mode runs, and
     # run_speculative raises if one changes a token (the controller may not draft at all, as a

@@ -12,7 +12,7 @@ import torch
 
 from kwker.bench import report
 from kwker.bench.peers import llama_lookup_peer
-from kwker.precision import DRAFT, canonical
+from kwker.precision import DRAFT
 
 TASKS = {
     "rewrite": "Fix the typos in this paragraph and return the whole corrected paragraph:\n\n"
@@ -87,12 +87,8 @@ def run_speculative(
     if peers:
         torch.set_num_threads(threads)
         model, _ = load_model(model_spec, dtype=torch.float32)
-    # the model is loaded as float32: its own precision is fp32
-    llama = (
-        llama_lookup_peer(model_spec, canonical(precision) or "fp32", threads, out)
-        if peers
-        else None
-    )
+    # llama.cpp in the format of the precision kwker runs at (None: the files' nearest)
+    llama = llama_lookup_peer(model_spec, dec.precision, threads, out) if peers else None
     if draft_spec:
         out(f"draft {draft_spec} at {draft.precision}")
         result["draft"] = {"model": draft_spec, "precision": draft.precision}
