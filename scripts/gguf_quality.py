@@ -1,7 +1,8 @@
 """How near a quantized GGUF runs to its own weights: perplexity on kwker's public-domain text,
 mean KL and top-1 agreement of kwker at a precision, and of llama.cpp, against the file's weights
 dequantized to float32 (kwker fp32). With --requantized, also kwker with the K formats turned off
-(every matrix requantized into the precision's own format, as before issue 49).
+(every matrix requantized into the precision's own format, as before issue 49: no Q4_K blocks
+kept, nothing quantized to Q4K).
 
     python scripts/gguf_quality.py MODEL.gguf [--precision int4] [--tokens 512] [--requantized]
 """
@@ -37,15 +38,16 @@ def main() -> None:
     if args.requantized:
         from kwker import precision
 
-        tables = (precision.KEPT_FORMATS, precision.KEPT_EMBEDDING_FORMATS)
-        kept = [dict(t) for t in tables]
-        for t in tables:
-            t.clear()
+        tables = (precision.KEPT_FORMATS, precision.KEPT_EMBEDDING_FORMATS,
+                  precision.QUANTIZED_FORMATS)  # fmt: skip
+        kept = [dict(table) for table in tables]
+        for table in tables:
+            table.clear()
         try:
             logp, dec = kwker_log_probs(args.model, ids, args.precision)
         finally:
-            for t, k in zip(tables, kept, strict=True):
-                t.update(k)
+            for table, k in zip(tables, kept, strict=True):
+                table.update(k)
         name = (
             f"kwker {args.precision}, requantized ({dec.weight_bytes_per_token / 1e6:.0f} MB/token)"
         )

@@ -108,6 +108,20 @@ def test_int64_ids_that_fit_are_taken_as_they_are():
     assert np.array_equal(step(m, (3, 7), np.int64), step(m, (3, 7), np.int32))
 
 
+def test_a_float32_array_whose_dtype_is_another_object_is_taken():
+    """gguf's reader gives arrays viewed from a file's bytes, whose float32 descriptor is equal to
+    numpy's but another object: they are float32 all the same."""
+    other = np.dtype("<f4").newbyteorder("=")
+    assert other is not np.dtype(np.float32) and other == np.float32
+    x = np.random.default_rng(0).standard_normal((2, 256)).astype(np.float32)
+    assert np.array_equal(
+        _native.ggml_quantize_q4_k(x.astype(other)), _native.ggml_quantize_q4_k(x)
+    )
+    w = x[:, :64].copy()
+    assert np.array_equal(_native.kernel_weights(w.astype(other), W.Q8),
+                          _native.kernel_weights(w, W.Q8))  # fmt: skip
+
+
 def test_bad_slots_positions_and_rows_are_refused():
     m = tiny_model()
     with pytest.raises(ValueError, match="slot 1 out of range"):

@@ -333,6 +333,7 @@ def load_weights(step, config, source, precision: str, recording=None) -> None:
             fmt = kept_format(fmt, t.type_name, t.shape[1], embedding=spec.native == "embed")
             step.set_matrix_ggml(spec.native, raw, t.ggml_type, n, t.shape[1],
                                  getattr(_native.WType, fmt), bias, t.row_order)  # fmt: skip
+            fmt = step.matrix_format(spec.native).name  # Q4K may have been packed as Q4
             if recording is not None:
                 recording.matrix(spec.native, fmt, (n, t.shape[1]), bias)
         except ValueError as e:

@@ -36,10 +36,12 @@ inline void check_ndim(const py::array& a, int ndim, const std::string& what) {
 }
 
 // A float32 array of rank ndim (-1: any), C-contiguous (copied if it is not). No other dtype is
-// converted: a float64 or integer array is a caller's mistake worth hearing about.
+// converted: a float64 or integer array is a caller's mistake worth hearing about. (Dtypes are
+// compared by equal, here and below, not by is: an array viewed from a file's bytes, as gguf's
+// reader gives, has a float32 descriptor that is another object.)
 inline py::array_t<float> float_array(const py::handle& obj, int ndim, const std::string& what) {
   py::array a = as_array(obj, what);
-  if (!a.dtype().is(py::dtype::of<float>()))
+  if (!a.dtype().equal(py::dtype::of<float>()))
     throw py::type_error(what + " must be float32, got " + dtype_name(a));
   if (ndim >= 0) check_ndim(a, ndim, what);
   return py::array_t<float, py::array::c_style>::ensure(a);
@@ -50,10 +52,10 @@ inline std::vector<int32_t> id_vector(const py::handle& obj, const std::string& 
   py::array a = as_array(obj, what);
   check_ndim(a, 1, what);
   std::vector<int32_t> out(size_t(a.shape(0)));
-  if (a.dtype().is(py::dtype::of<int32_t>())) {
+  if (a.dtype().equal(py::dtype::of<int32_t>())) {
     auto v = a.unchecked<int32_t, 1>();
     for (py::ssize_t i = 0; i < v.shape(0); i++) out[i] = v(i);
-  } else if (a.dtype().is(py::dtype::of<int64_t>())) {
+  } else if (a.dtype().equal(py::dtype::of<int64_t>())) {
     auto v = a.unchecked<int64_t, 1>();
     for (py::ssize_t i = 0; i < v.shape(0); i++) {
       if (v(i) < std::numeric_limits<int32_t>::min() || v(i) > std::numeric_limits<int32_t>::max())
@@ -74,9 +76,9 @@ inline py::array weight_array(const py::handle& obj, WType t, const std::string&
   py::array a = as_array(obj, what);
   check_ndim(a, 2, what);
   const bool halves = t == WType::BF16 || t == WType::BF16P || t == WType::F16;
-  const bool ok =
-      halves ? a.dtype().is(py::dtype::of<uint16_t>()) || a.dtype().is(py::dtype::of<int16_t>())
-             : a.dtype().is(py::dtype::of<float>());
+  const bool ok = halves ? a.dtype().equal(py::dtype::of<uint16_t>()) ||
+                               a.dtype().equal(py::dtype::of<int16_t>())
+                         : a.dtype().equal(py::dtype::of<float>());
   if (!ok)
     throw py::type_error(what + " must be " +
                          (halves ? "uint16 (the bits of bf16 / fp16)" : "float32") +
@@ -91,7 +93,7 @@ inline py::array weight_array(const py::handle& obj, WType t, const std::string&
 // memory-mapped file stays one).
 inline py::array byte_array(const py::handle& obj, const std::string& what) {
   py::array a = as_array(obj, what);
-  if (!a.dtype().is(py::dtype::of<uint8_t>()))
+  if (!a.dtype().equal(py::dtype::of<uint8_t>()))
     throw py::type_error(what + " must be uint8, got " + dtype_name(a));
   check_ndim(a, 1, what);
   if (!(a.flags() & py::array::c_style)) throw std::invalid_argument(what + " must be contiguous");

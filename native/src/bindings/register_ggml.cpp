@@ -87,6 +87,22 @@ py::array_t<uint8_t> k_unpack(py::object packed_arg, const std::string& type, in
   return out;
 }
 
+// x: float32 [rows, k], k a multiple of 256. Returns its rows quantized to ggml's Q4_K blocks
+// (uint8 [rows, k / 256 * 144]): what int4 packs float weights as (quantize_k.cpp).
+py::array_t<uint8_t> ggml_quantize_q4_k(py::object x_arg) {
+  const py::array_t<float> x = bindings::float_array(x_arg, 2, "x");
+  const int rows = int(x.shape(0)), k = int(x.shape(1));
+  check_k_shape(rows, k);
+  const size_t row_bytes = size_t(k / kSuperBlock) * kGgmlQ4KBytes;
+  py::array_t<uint8_t> out({py::ssize_t(rows), py::ssize_t(row_bytes)});
+  {
+    py::gil_scoped_release release;
+    for (int r = 0; r < rows; r++)
+      quantize_q4k_ggml(x.data() + size_t(r) * k, k, out.mutable_data() + r * row_bytes);
+  }
+  return out;
+}
+
 }  // namespace
 
 void register_ggml(py::module_& m) {
@@ -94,6 +110,8 @@ void register_ggml(py::module_& m) {
         "Q4K / Q6K panels (uint8) of ggml Q4_K / Q6_K rows: the same numbers, rearranged");
   m.def("k_unpack", &k_unpack, py::arg("packed"), py::arg("type"), py::arg("rows"), py::arg("k"),
         "ggml Q4_K / Q6_K rows (uint8) of Q4K / Q6K panels: a file's blocks back, bit for bit");
+  m.def("ggml_quantize_q4_k", &ggml_quantize_q4_k, py::arg("x"),
+        "ggml Q4_K rows (uint8) of float32 [rows, k]: int4's quantizer for float weights");
   py::dict types;
   for (int id = 0; id < 64; id++)
     if (const GgmlTypeInfo* t = ggml_type_info(id))

@@ -62,15 +62,16 @@ QuantizedRows rows_for(WType t, const float* x, int m, int kp) {
 
 // The weights w packed as type t into `packed`; [*n, *k] their shape. w: float32 [n, k], or
 // uint16 [n, k] (bf16 / f16 bits), or for the K formats uint8 [n, k / 256 * block bytes] (ggml
-// Q4_K / Q6_K rows).
+// Q4_K / Q6_K rows; Q4K also quantizes float32 [n, k], k a multiple of 256).
 void pack_weights(py::object w_arg, WType t, int* n, int* k, std::vector<char>* packed) {
-  if (wtype_super(t)) {
-    const py::array w = bindings::as_array(w_arg, "w");
+  const py::array w = bindings::as_array(w_arg, "w");
+  if (wtype_super(t) && !(t == WType::Q4K && w.dtype().equal(py::dtype::of<float>()))) {
     const int bb = ggml_block_bytes(t);
-    if (!w.dtype().is(py::dtype::of<uint8_t>()) || w.ndim() != 2 || w.shape(1) % bb ||
+    if (!w.dtype().equal(py::dtype::of<uint8_t>()) || w.ndim() != 2 || w.shape(1) % bb ||
         w.shape(0) < 1 || w.shape(1) < 1)
       throw std::invalid_argument("w: " + std::string(format(t).name) + " weights are uint8 [n, " +
-                                  "k / 256 * " + std::to_string(bb) + "] (ggml rows)");
+                                  "k / 256 * " + std::to_string(bb) + "] (ggml rows)" +
+                                  (t == WType::Q4K ? " or float32 [n, k]" : ""));
     const py::array wc = py::array::ensure(w, py::array::c_style);
     *n = int(wc.shape(0)), *k = int(wc.shape(1) / bb * kSuperBlock);
     packed->assign(panel_bytes(t, *n, *k), 0);
@@ -350,6 +351,15 @@ void register_kernel_tests(py::module_& m) {
   m.def("kernel_matmul_seconds", &kernel_matmul_seconds, py::arg("isa"), py::arg("m"), py::arg("n"),
         py::arg("k"), py::arg("wtype"), py::arg("repeats") = 5);
   m.def("kernel_weights", &kernel_weights, py::arg("w"), py::arg("wtype"));
+  m.def(
+      "kernel_int4_format",
+      [](py::object w_arg) {
+        const py::array_t<float> w = float_array(w_arg, 2, "w");
+        if (w.shape(0) < 1 || w.shape(0) > kPanel || w.shape(1) % kSuperBlock || !w.shape(1))
+          throw std::invalid_argument("w: 1 to 16 rows of a multiple of 256 values");
+        return q4_or_q4k(w.data(), int(w.shape(0)), int(w.shape(1)));
+      },
+      py::arg("w"), "the format int4 packs float rows as (Q4K, or Q4 where it holds them better)");
   m.def("kernel_quantized_activations", &kernel_quantized_activations, py::arg("x"));
   m.def("kernel_quantize", &kernel_quantize, py::arg("isa"), py::arg("x"));
   m.def("kernel_quantize_super", &kernel_quantize_super, py::arg("x"));

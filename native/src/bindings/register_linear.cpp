@@ -30,7 +30,7 @@ std::unique_ptr<Linear> make_linear(py::object w_arg, py::object bias_arg,
 // x: [m, k] float32 with unit column stride (rows may be strided); returns a new [m, n] array.
 py::array_t<float> forward(Linear& lin, py::object x_arg) {
   const py::array x = bindings::as_array(x_arg, "input");
-  if (!x.dtype().is(py::dtype::of<float>()) || x.ndim() != 2 || x.shape(1) != lin.k() ||
+  if (!x.dtype().equal(py::dtype::of<float>()) || x.ndim() != 2 || x.shape(1) != lin.k() ||
       x.strides(1) != sizeof(float) || x.strides(0) < py::ssize_t(sizeof(float)) * lin.k() ||
       x.strides(0) % sizeof(float))
     throw std::invalid_argument("input must be [m, " + std::to_string(lin.k()) +

@@ -149,6 +149,13 @@ py::object packed(py::object self, const std::string& name) {
   return view;
 }
 
+// The format a loaded matrix is packed in (None if it is not loaded): set_matrix_ggml may pack
+// another than it was asked for (Q4 for Q4K, see q4_or_q4k).
+py::object matrix_format(Model& m, const std::string& name) {
+  const Matrix* mat = m.matrix(name);
+  return mat ? py::cast(mat->type) : py::none();
+}
+
 void set_norm(Model& m, const std::string& name, py::object w_arg) {
   const py::array_t<float> w = float_array(w_arg, 1, "norm " + name);
   m.set_norm(name, w.data(), int(w.shape(0)));
@@ -279,6 +286,7 @@ void register_model(py::module_& mod) {
       .def("set_matrix_packed", &set_matrix_packed, py::arg("name"), py::arg("wtype"), py::arg("n"),
            py::arg("k"), py::arg("bias") = py::none())
       .def("packed", &packed, py::arg("name"))
+      .def("matrix_format", &matrix_format, py::arg("name"))
       .def("set_norm", &set_norm, py::arg("name"), py::arg("w"))
       .def("check_complete", &Model::check_complete)
       .def("step", &step, py::arg("tokens"), py::arg("slots"), py::arg("positions"),

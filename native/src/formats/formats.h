@@ -221,6 +221,17 @@ inline int q4k_min(const BlockQ4K& b, int i, int s) { return b.mn[s / 2][i][s % 
 // are the file's own, bit for bit.
 void q4k_from_ggml(const uint8_t* src, int rows, int r0, int k, void* dst);
 void ggml_from_q4k(const void* packed, int r, int k, uint8_t* out);
+// A row of k float weights (k a multiple of kSuperBlock) quantized to ggml's Q4_K blocks
+// (quantize_k.cpp), which q4k_from_ggml packs.
+void quantize_q4k_ggml(const float* x, int k, uint8_t* out);
+// The int4 format for float rows [nr <= kPanel, k] (k a multiple of kSuperBlock): Q4K, unless Q4
+// holds them better for its bytes (its squared error under Q4K's by more than 0.375 bits a weight
+// are worth: weights that lie on Q4's grid, from a Q4_0 or Q4_1 file).
+WType q4_or_q4k(const float* rows, int nr, int k);
+// ggml's 12 bytes of a Q4_K block's 8 six-bit scales and mins (the inverse of its
+// get_scale_min_k4): the first four in the low 6 bits of bytes 0-3 (scales) and 4-7 (mins), the
+// last four as nibbles of bytes 8-11 with their top 2 bits in the top bits of bytes 0-7.
+void ggml_scales_mins(const uint8_t* sc, const uint8_t* mn, uint8_t* out);
 // The same for Q6K and ggml's Q6_K (kGgmlQ6KBytes per 256 values).
 const BlockQ6K* q6k_block(const void* packed, int kp, int r, int c);
 inline int q6k_level(const BlockQ6K& b, int i, int c) {  // row i, column c: q in [0, 63]

@@ -278,14 +278,9 @@ void ggml_from_q4k(const void* packed, int r, int k, uint8_t* out) {
     uint8_t* g = out + size_t(b) * kGgmlQ4KBytes;
     std::memcpy(g, &q.d[i], 2);
     std::memcpy(g + 2, &q.dmin[i], 2);
-    uint8_t* s = g + 4;  // the inverse of ggml_scale_min
-    for (int j = 0; j < 4; j++) {
-      const int sc_lo = q.sc[j][i], sc_hi = q.sc[j + 4][i];
-      const int mn_lo = q4k_min(q, i, j), mn_hi = q4k_min(q, i, j + 4);
-      s[j] = uint8_t(sc_lo | (sc_hi >> 4) << 6);
-      s[j + 4] = uint8_t(mn_lo | (mn_hi >> 4) << 6);
-      s[j + 8] = uint8_t((sc_hi & 0xF) | (mn_hi & 0xF) << 4);
-    }
+    uint8_t sc[kSubBlocks], mn[kSubBlocks];
+    for (int s = 0; s < kSubBlocks; s++) sc[s] = q.sc[s][i], mn[s] = uint8_t(q4k_min(q, i, s));
+    ggml_scales_mins(sc, mn, g + 4);
     uint8_t* qs = g + 16;
     std::memset(qs, 0, 128);
     for (int c = 0; c < kSuperBlock; c++)
@@ -397,8 +392,17 @@ void copy_panel_row(const void* src, int rs, void* dst, int rd, WType t, int kp)
 
 void pack_panel_range(const void* src, WType t, int n, int k, void* dst, int p0, int p1) {
   const int kp = pad_to(k), r0 = p0 * kPanel, r1 = std::min(n, p1 * kPanel);
-  if (wtype_super(t))  // no quantizer of their own: they hold a GGUF's blocks (k_from_ggml)
-    throw std::invalid_argument("Q4K and Q6K pack ggml Q4_K and Q6_K blocks only, not floats");
+  if (t == WType::Q4K) {  // through ggml's Q4_K blocks, row by row
+    if (k % kSuperBlock) throw std::invalid_argument("Q4K rows are whole super-blocks of 256");
+    std::vector<uint8_t> row(size_t(k / kSuperBlock) * kGgmlQ4KBytes);
+    for (int r = r0; r < r1; r++) {
+      quantize_q4k_ggml(static_cast<const float*>(src) + size_t(r - r0) * k, k, row.data());
+      q4k_from_ggml(row.data(), 1, r, k, dst);
+    }
+    return;
+  }
+  if (t == WType::Q6K)  // no quantizer of its own: it holds a GGUF's Q6_K blocks (k_from_ggml)
+    throw std::invalid_argument("Q6K packs ggml Q6_K blocks only, not floats");
   if (wtype_quantized(t)) {
     const float* f = static_cast<const float*>(src);
     float v[kQBlock];

@@ -190,16 +190,26 @@ void Model::set_matrix_ggml(const std::string& name, const uint8_t* data, int sr
   std::lock_guard<std::mutex> lock(mu_);
   complete_ = false;
   Matrix& m = matrix_slot(name, n, k);
-  if (wtype_super(type)) {
-    const GgmlType held = type == WType::Q4K ? GgmlType::Q4_K : GgmlType::Q6_K;
-    if (src->type != held || k % kSuperBlock)
-      throw std::invalid_argument("weight " + name + ": " + format(type).name + " holds " +
-                                  ggml_type_info(int(held))->name + " blocks only, not " +
-                                  src->name);
+  // A K format takes its own ggml type's blocks as they are; Q4K also quantizes other types
+  // (through floats, below). Either way its rows are whole super-blocks.
+  const bool held = (type == WType::Q4K && src->type == GgmlType::Q4_K) ||
+                    (type == WType::Q6K && src->type == GgmlType::Q6_K);
+  if (wtype_super(type) && ((!held && type == WType::Q6K) || k % kSuperBlock))
+    throw std::invalid_argument("weight " + name + ": " + format(type).name + " holds rows of " +
+                                "whole 256-value super-blocks" +
+                                (type == WType::Q6K ? " of Q6_K" : "") + ", not " +
+                                std::to_string(k) + " " + src->name + " values");
+  const size_t src_row = ggml_row_bytes(*src, k);
+  if (type == WType::Q4K && !held) {  // Q4 where the first panel's rows show it holds them better
+    const int nr = std::min(n, kPanel);
+    std::vector<float> rows(size_t(nr) * k);
+    for (int i = 0; i < nr; i++)
+      ggml_dequantize_row(*src, data + size_t(row_order ? row_order[i] : i) * src_row, k,
+                          rows.data() + size_t(i) * k);
+    type = q4_or_q4k(rows.data(), nr, k);
   }
   place(m, type, n, k, bias);
-  const size_t src_row = ggml_row_bytes(*src, k);
-  if (wtype_super(type)) {  // the file's blocks, rearranged into panels
+  if (held) {  // the file's blocks, rearranged into panels
     pool_.run([&](int tid) {
       auto [p0, p1] = pool_.split(pad_to(n, kPanel) / kPanel, tid);
       const int r0 = p0 * kPanel, r1 = std::min(n, p1 * kPanel);
