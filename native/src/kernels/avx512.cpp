@@ -150,6 +150,10 @@ struct Avx512 {
   // (TBV x NPV dot products, NPV weight registers, a broadcast, constants: 32 registers).
   static constexpr bool VNNI = true;
   static constexpr int TBV_Q8 = 5, TBV_Q4 = 6, NPV = 4;
+  // Up to 8 rows (a batch of 8, a verify step of 7 proposed tokens): one tile of 2 panels, 16
+  // chains, instead of two of 4 panels that each load and unpack them. From memory (65536 x 576,
+  // one thread) Q4 at 7-8 rows took 5-15% less, Q8 at 6-7 rows 7-15% (perf-notes #48).
+  static constexpr int TBV_WIDE = 8, NPV_WIDE = 2;
   // acc + the 4-byte dot products of unsigned u and signed s, per int32 lane
   static ireg dpbusd(ireg acc, ireg u, ireg s) { return _mm512_dpbusd_epi32(acc, u, s); }
   static ireg isub(ireg a, ireg b) { return _mm512_sub_epi32(a, b); }

@@ -555,8 +555,8 @@ const uint8_t* unpack_q4_panel(const uint8_t* panel, int nb, size_t panel_stride
 
 // Two rows or more on VNNI: blocks of kRowBlock rows; in each, the panels NPV at a time (the
 // model's multi-row calls take chunks of 4 panels, model.cpp matmul_part), each group of panels
-// against balanced tiles of at most TBV rows (8 rows: 4 + 4). A tile's panels stay in L1 or L2 for
-// the row block's next tiles.
+// against balanced tiles of at most TBV rows (12 rows: 6 + 6), or up to TBV_WIDE rows in one tile
+// of NPV_WIDE panels (8 rows). A tile's panels stay in L1 or L2 for the row block's next tiles.
 template <class V, WType T>
 void vnni_qmatmul(const QRows& x, int m, const uint8_t* w, int kp, int p0, int p1, float* y,
                   int ldy, const float* bias, bool accumulate) {
@@ -564,13 +564,17 @@ void vnni_qmatmul(const QRows& x, int m, const uint8_t* w, int kp, int p0, int p
   const int nb = kp / kQBlock;
   const size_t panel_stride = size_t(nb) * qblock_bytes(T);
   for (int m0 = 0; m0 < m; m0 += kRowBlock) {
-    const int mc = std::min(kRowBlock, m - m0), tiles = (mc + TB - 1) / TB;
-    for (int p = p0; p < p1; p += NP) {
-      const int np = std::min(NP, p1 - p);
+    const int mc = std::min(kRowBlock, m - m0);
+    // A few rows more than TB (up to TBV_WIDE): one tile of them all x NPV_WIDE panels, so that
+    // each panel is loaded and unpacked once, not once per tile (perf-notes #48)
+    const bool wide = mc > TB && mc <= V::TBV_WIDE;
+    const int tiles = wide ? 1 : (mc + TB - 1) / TB, panels = wide ? V::NPV_WIDE : NP;
+    for (int p = p0; p < p1; p += panels) {
+      const int np = std::min(panels, p1 - p);
       for (int i = 0, t = m0; i < tiles; i++) {
         const int rows = mc / tiles + (i < mc % tiles ? 1 : 0);
         const QRows xt{x.q + size_t(t) * kp, x.d + size_t(t) * nb, x.dsum + size_t(t) * nb};
-        with_rows<TB>(rows, [&](auto r) {
+        with_rows<V::TBV_WIDE>(rows, [&](auto r) {
           with_rows<NP>(np, [&](auto n) {
             vnni_tile<V, T, decltype(r)::value, decltype(n)::value>(
                 xt, kp, w + size_t(p) * panel_stride, panel_stride, p, y + size_t(t) * ldy, ldy,
