@@ -25,19 +25,20 @@ def test_quantized_logits_close_to_float(precision, tol):
 
 
 def test_packed_sizes():
-    """int8 weights take 8.5 bits (an fp16 scale per 32), int4 take 5 in the layers (an fp16 scale
-    and min per 32; lm_head stays int8)."""
+    """int8 weights take 8.5 bits (an fp16 scale per 32). int4 takes 5 in the layers (an fp16 scale
+    and min per 32), but 4.625 (Q4K) in a matrix whose rows are whole super-blocks of 256: here
+    down, 256 wide; lm_head stays int8."""
     model = tiny_llama(vocab=1008, hidden=128, heads=2, kv_heads=1, inter=256, layers=2, tied=False)
     fp32 = KwkDecoder(model, max_cache_len=32).weight_bytes_per_token
     assert (
         KwkDecoder(model, max_cache_len=32, precision="balanced").weight_bytes_per_token
         == fp32 * 8.5 / 32
     )
-    head = 1008 * 128
-    layers = fp32 / 4 - head
+    head, down = 1008 * 128, 2 * 128 * 256
+    layers = fp32 / 4 - head - down
     assert (
         KwkDecoder(model, max_cache_len=32, precision="int4").weight_bytes_per_token
-        == layers * 5 / 8 + head * 8.5 / 8
+        == layers * 5 / 8 + down * 4.625 / 8 + head * 8.5 / 8
     )
 
 
