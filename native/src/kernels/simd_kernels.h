@@ -574,13 +574,20 @@ void vnni_qmatmul(const QRows& x, int m, const uint8_t* w, int kp, int p0, int p
       for (int i = 0, t = m0; i < tiles; i++) {
         const int rows = mc / tiles + (i < mc % tiles ? 1 : 0);
         const QRows xt{x.q + size_t(t) * kp, x.d + size_t(t) * nb, x.dsum + size_t(t) * nb};
-        with_rows<V::TBV_WIDE>(rows, [&](auto r) {
-          with_rows<NP>(np, [&](auto n) {
-            vnni_tile<V, T, decltype(r)::value, decltype(n)::value>(
-                xt, kp, w + size_t(p) * panel_stride, panel_stride, p, y + size_t(t) * ldy, ldy,
-                bias, accumulate);
+        // tiles of up to R rows x N panels (only the shapes that run are instantiated)
+        auto tile = [&](auto max_rows, auto max_panels) {
+          with_rows<decltype(max_rows)::value>(rows, [&](auto r) {
+            with_rows<decltype(max_panels)::value>(np, [&](auto n) {
+              vnni_tile<V, T, decltype(r)::value, decltype(n)::value>(
+                  xt, kp, w + size_t(p) * panel_stride, panel_stride, p, y + size_t(t) * ldy, ldy,
+                  bias, accumulate);
+            });
           });
-        });
+        };
+        if (wide)
+          tile(Int<V::TBV_WIDE>{}, Int<V::NPV_WIDE>{});
+        else
+          tile(Int<TB>{}, Int<NP>{});
         t += rows;
       }
     }
