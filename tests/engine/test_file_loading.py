@@ -92,7 +92,7 @@ def test_a_real_gguf_packs_what_transformers_loading_it_packs_at_every_precision
     precision, they give its logits. (Where a precision keeps a Q4_K or Q6_K matrix's blocks as
     they are, transformers' floats are requantized instead, and where it keeps a Q4_1 file's
     blocks in Q4, its floats take Q4K: both are turned off here, and
-    tests/engine/test_k_formats_loading.py and test_q4k_quantizer.py check them.)"""
+    tests/engine/test_k_formats_loading.py checks them.)"""
     from kwker import precision as precisions
 
     monkeypatch.setattr(precisions, "KEPT_FORMATS", {})
