@@ -1,6 +1,7 @@
 """A GGUF's Q4_K and Q6_K matrices run at int4 as Q4K and Q6K (issue 49): the file's blocks are held
 bit for bit, packed without quantizing, and a token's logits are the same bits alone, in a multi-row
-step, from the packed cache, on every ISA and thread count.
+step, from the packed cache, on every ISA and thread count. Its Q5_0 and Q8_0 matrices are held
+exactly as Q8.
 
 int4 also quantizes float weights to Q4K where a matrix's rows are whole super-blocks
 (kwker.precision.QUANTIZED_FORMATS): its bytes are those llama.cpp's quantizer writes, and gguf's
@@ -62,6 +63,38 @@ def test_the_files_blocks_are_held_bit_for_bit(q4_k_m):
     # the Q4_K embedding; per layer Q4_K q and k (their rows permuted in the file), o, gate, up,
     # and Q6_K v and down; the Q6_K output
     assert sorted(held) == ["Q4_K"] * 11 + ["Q6_K"] * 5
+
+
+def q8_values(packed, n: int, k: int) -> np.ndarray:
+    """A Q8-packed matrix's numbers [n, k] (formats.h BlockQ8: per panel of 16 rows and block of 32
+    columns, the rows' fp16 scales, then int8 [group of 4 columns][row][column of the group])."""
+    blocks = np.frombuffer(packed, np.uint8).reshape(-1, k // 32, 544)
+    scales = blocks[..., :32].copy().view(np.float16).astype(np.float32)  # [panel, block, row]
+    q = blocks[..., 32:].copy().view(np.int8).reshape(*blocks.shape[:2], 8, 16, 4)
+    values = q.astype(np.float32) * scales[:, :, None, :, None]  # [panel, block, group, row, col]
+    return values.transpose(0, 3, 1, 2, 4).reshape(-1, k)[:n]
+
+
+@pytest.mark.parametrize("matrix_type", ["Q5_0", "Q8_0"])
+def test_q5_0_and_q8_0_are_held_exactly_as_q8(matrix_type, float_file, tmp_path):
+    """A Q4_K_M file gives Q5_0 or Q8_0 to the matrices it keeps at more bits; int4 holds them in
+    Q8, the file's numbers exactly, rather than losing those bits in a 4-bit format. Q5_0: random
+    blocks (any largest level); Q8_0: llama.cpp's quantizer's (Q8 has no level -128)."""
+    path = tmp_path / f"tiny-{matrix_type}.gguf"
+    if matrix_type == "Q5_0":
+        write_gguf(path, "tiny", matrix_type, seed=5)
+    else:
+        llama_quantize(float_file, path, matrix_type)
+    step = load_files(path, max_cache_len=64, precision="int4", cache=False).runner._step
+    held = 0
+    for name, (rows, type_name) in file_matrices(path).items():
+        if type_name != matrix_type:
+            continue
+        want = gguf.quants.dequantize(rows, gguf.GGMLQuantizationType[type_name])
+        assert step.matrix_format(name) == _native.WType.Q8, name
+        assert np.array_equal(q8_values(step.packed(name), *want.shape), want), name
+        held += 1
+    assert held >= 15  # the embedding and the two layers' seven matrices each, at least
 
 
 def logits(path, isa, threads, monkeypatch, cache=False):

@@ -96,7 +96,7 @@ def test_gguf_peers():
     assert PRECISIONS["int4"].gguf == ("Q4_0", "Q4_1") and PRECISIONS["int4"].llama_quantize == (
         "Q4_0",
     )
-    assert PRECISIONS["int4"].gguf_kept == {"Q4_1", "Q8_0", "Q4_K", "Q6_K"}
+    assert PRECISIONS["int4"].gguf_kept == {"Q4_1", "Q8_0", "Q5_0", "Q4_K", "Q6_K"}
     assert (
         PRECISIONS["fp16"].gguf == ()
     )  # no peer: `kwker bench --vs llama.cpp` says so and skips it
@@ -104,15 +104,16 @@ def test_gguf_peers():
 
 def test_a_ggufs_k_quants_keep_their_blocks():
     """int4 holds a Q4_K matrix as Q4K and a Q6_K one as Q6K (int8's Q8 would hold Q6_K only
-    nearly, in more bytes), and Q4_0 and Q4_1 as its own Q4. Float weights and the types no format
-    holds are quantized to Q4K where the rows are whole super-blocks, else to the precision's own
-    format."""
+    nearly, in more bytes), Q4_0 and Q4_1 as its own Q4, Q8_0 and Q5_0 as Q8. Float weights and the
+    types no format holds are quantized to Q4K where the rows are whole super-blocks, else to the
+    precision's own format."""
     kept = precision.kept_format
     assert kept("Q4", "Q4_K", 1536) == "Q4K" and kept("Q4", "Q6_K", 1536) == "Q6K"
     assert kept("Q8", "Q6_K", 256) == "Q6K" and kept("Q8", "Q4_K", 256) == "Q8"
     assert kept("Q4", "Q4_1", 256) == "Q4" and kept("Q4", "Q4_0", 512) == "Q4"
     assert kept("Q4", "Q5_K", 256) == "Q4K" and kept("Q4", None, 256) == "Q4K"
-    assert kept("Q4", "Q8_0", 4864) == "Q4K" and kept("Q4", None, 576) == "Q4"
+    assert kept("Q4", "Q8_0", 4864) == "Q8" and kept("Q4", "Q5_0", 640) == "Q8"
+    assert kept("Q4", "Q5_1", 4864) == "Q4K" and kept("Q4", None, 576) == "Q4"
     assert kept("Q8", None, 256) == "Q8" and kept("Q8", "Q5_0", 256) == "Q8"
     assert kept("BF16", "Q4_K", 256) == "BF16" and kept("Q4", "Q4_K", 288) == "Q4"
     # an embedding is looked up: a Q4_K one stays Q4K where its precision would take Q8

@@ -100,13 +100,27 @@ float quant_error(const float* v, float d, int lo, int hi) {
   return e;
 }
 
-// The step for a symmetric (Q8) block: the plain one (largest magnitude to the end of the range)
-// or, if better, one of a few nearby steps refined by least squares (d = sum v q / sum q q for the
-// integers q it rounds to), whichever has the smallest squared error.
-float block_step(const float* v, float d0, int lo, int hi) {
+// Whether every value of a block is an integer multiple of d (most blocks of float weights fail
+// at their first values).
+bool on_grid(const float* v, float d) {
+  const float inv = 1.f / d;
+  for (int j = 0; j < kQBlock; j++)
+    if (quant_level(v[j] * inv, -127, 127) * d != v[j]) return false;
+  return true;
+}
+
+// The step for a symmetric (Q8) block whose largest magnitude is amax: the plain one (amax to the
+// end of the range) or, if better, one of a few nearby steps refined by least squares (d = sum v q
+// / sum q q for the integers q it rounds to), whichever has the smallest squared error.
+float block_step(const float* v, float amax, int lo, int hi) {
+  const float d0 = amax / float(hi);
   if (d0 == 0.f) return 0.f;  // an all-zero block
   float best = d0, best_err = quant_error(v, d0, lo, hi);
   if (best_err == 0.f) return best;  // an exact fit (a Q8_0 file's block): nothing can beat it
+  // A block on a grid of at most 32 levels (a Q5_0 or Q4_0 file's: its largest magnitude at level
+  // 1..16) is held exactly with that grid's step (a Q4_K_M file's Q5_0 matrices at int4)
+  for (int level = 16; level >= 1; level--)
+    if (on_grid(v, amax / float(level))) return amax / float(level);
   for (float f : {0.9f, 0.95f, 1.0f}) {
     const float d = d0 * f, inv = 1.f / d;
     float vq = 0.f, qq = 0.f;
@@ -180,7 +194,7 @@ void quantize_q4(const float* v, BlockQ4* block, int i) {
 void quantize_q8(const float* v, BlockQ8* block, int i) {
   float amax = 0.f;
   for (int j = 0; j < kQBlock; j++) amax = std::max(amax, std::fabs(v[j]));
-  const uint16_t dh = f32_to_f16(block_step(v, amax / 127.f, -127, 127));
+  const uint16_t dh = f32_to_f16(block_step(v, amax, -127, 127));
   block->scale[i] = dh;
   const float d = f16_to_f32(dh), inv = d != 0.f ? 1.f / d : 0.f;
   for (int j = 0; j < kQBlock; j++)
