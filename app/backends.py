@@ -108,7 +108,7 @@ class LocalBackend:
             progress(f"loading draft {opts['draft_model']}")
             draft = load_decoder(
                 opts["draft_model"], progress=progress, max_cache_len=int(opts["context_length"]),
-                precision=DRAFT, threads=threads,
+                precision=DRAFT, threads=threads, fewest_bytes=True,
             )  # fmt: skip
             decoder.check_draft(draft)
         from kwker.models.catalog import entry

@@ -39,6 +39,7 @@ def load(
     kv_cache: str | None = None,
     cache: bool = True,
     progress=None,
+    fewest_bytes: bool = False,
 ):
     """A decoder (a StepDecoder, with the model's tokenizer as `.tokenizer`) for the model `spec`
     names; results are numpy arrays (a torch tensor prompt gives tensors). No torch is imported.
@@ -70,12 +71,15 @@ def load(
       cache: False neither reads nor writes the packed-weights cache (the first load of a file at
         a precision packs its weights and caches them; later loads read them back).
       progress: a callable taking one str per step (resolving, downloading, packing).
+      fewest_bytes: True for a draft model: no matrix is held in a format wider than the
+        precision's own (a Q4_K_M file's Q5_0 and Q8_0 matrices at int4 are requantized to 4 bits,
+        not held in 8): a draft's bytes decide whether it pays, and it never changes the output.
     """
     from kwker.models.loader import load_decoder
 
     options = dict(
         max_cache_len=max_cache_len, precision=precision, threads=threads, max_batch=max_batch,
-        kv_cache=kv_cache, cache=cache,
+        kv_cache=kv_cache, cache=cache, fewest_bytes=fewest_bytes,
     )  # fmt: skip
     if max_step_tokens is not None:
         options["max_step_tokens"] = max_step_tokens

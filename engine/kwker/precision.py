@@ -70,16 +70,13 @@ FORMATS = {
 # format for that type: a Q4_K matrix at int4 runs as Q4K (the file's numbers, 4.625 bits a
 # weight) instead of being requantized to Q4 (5 bits); a Q6_K one as Q6K (6.5625 bits) at int4,
 # where Q4 would lose two bits, and where Q8 would hold it (8.5 bits) only nearly, in more bytes.
-# Q8 holds Q8_0's and Q5_0's blocks: a Q4_K_M file gives those to the matrices it keeps at more
-# bits (its rows that are not whole super-blocks, some v and down), and at 4 bits Gemma 3 270M's
-# mean KL from its file rose from 0.025 to 1.06 (perf-notes #49).
-KEPT_FORMATS = {
-    ("Q4", "Q4_K"): "Q4K",
-    ("Q4", "Q6_K"): "Q6K",
-    ("Q8", "Q6_K"): "Q6K",
-    ("Q4", "Q8_0"): "Q8",
-    ("Q4", "Q5_0"): "Q8",
-}
+KEPT_FORMATS = {("Q4", "Q4_K"): "Q4K", ("Q4", "Q6_K"): "Q6K", ("Q8", "Q6_K"): "Q6K"}
+# Wider formats that hold a type exactly where the precision's own would lose bits: Q8 holds Q8_0's
+# and Q5_0's blocks, which a Q4_K_M file gives to the matrices it keeps at more bits (its rows that
+# are not whole super-blocks, some v). In 4 bits, Gemma 3 270M's mean KL from its file rose from
+# 0.038 to 1.06 (perf-notes #49). A draft's weights skip them (kept_format's wider=False): its
+# precision changes only how often the target agrees, and its bytes decide whether it pays.
+KEPT_WIDER = {("Q4", "Q8_0"): "Q8", ("Q4", "Q5_0"): "Q8"}
 # The embedding, besides: its rows are looked up, and multiplied only as a tied lm_head, so a Q4_K
 # one is held as it is where its format is Q8 (int4's embeddings), not in 8.5 bits that only
 # approximate it (Qwen2.5-Coder-1.5B Q4_K_M: mean KL 0.0132 -> 0.0125 from the file's weights,
@@ -100,10 +97,14 @@ OWN_TYPES = {"Q4": frozenset({"Q4_0", "Q4_1"}), "Q8": frozenset({"Q8_0"})}
 QUANTIZED_FORMATS = {"Q4": "Q4K"}
 
 
-def kept_format(fmt: str, type_name: str | None, k: int, embedding: bool = False) -> str:
+def kept_format(
+    fmt: str, type_name: str | None, k: int, embedding: bool = False, wider: bool = True
+) -> str:
     """The format a matrix of GGUF type `type_name` (None: float weights) with rows of k values
-    packs as, when its precision's format is `fmt`; `embedding`: the model's embedding."""
-    kept = (KEPT_EMBEDDING_FORMATS if embedding else KEPT_FORMATS).get((fmt, type_name))
+    packs as, when its precision's format is `fmt`; `embedding`: the model's embedding; `wider`:
+    whether a wider format may hold the type exactly (KEPT_WIDER; not for a draft)."""
+    table = KEPT_EMBEDDING_FORMATS if embedding else KEPT_FORMATS
+    kept = table.get((fmt, type_name)) or (KEPT_WIDER.get((fmt, type_name)) if wider else None)
     if kept is not None and k % FORMATS[kept].block == 0:
         return kept
     better = QUANTIZED_FORMATS.get(fmt)

@@ -97,6 +97,20 @@ def test_q5_0_and_q8_0_are_held_exactly_as_q8(matrix_type, float_file, tmp_path)
     assert held >= 15  # the embedding and the two layers' seven matrices each, at least
 
 
+def test_a_draft_takes_the_fewest_bytes(tmp_path):
+    """A draft's Q5_0 matrices stay at 4 bits (fewest_bytes): its bytes decide whether it pays.
+    The packed cache keeps the two packings apart."""
+    path = write_gguf(tmp_path / "tiny-Q5_0.gguf", "tiny", "Q5_0", seed=5)
+    formats = {}
+    for _ in range(2):  # packed, then read back from the cache
+        for draft in (False, True):
+            dec = load_files(path, max_cache_len=64, precision="int4", fewest_bytes=draft)
+            layer_matrices = [n for n in file_matrices(path) if n.startswith("layers.")]
+            formats[draft] = {dec.runner._step.matrix_format(n).name for n in layer_matrices}
+        assert formats == {False: {"Q8"}, True: {"Q4K"}}  # the tiny rows: whole super-blocks
+    assert dec.from_cache
+
+
 def logits(path, isa, threads, monkeypatch, cache=False):
     monkeypatch.setenv("KWKER_ISA", isa)
     dec = load_files(path, max_cache_len=64, precision="int4", threads=threads, cache=cache)

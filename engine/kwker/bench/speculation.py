@@ -73,6 +73,7 @@ def run_speculative(
             max_cache_len=1024,
             precision=draft_precision or DRAFT,
             threads=threads,
+            fewest_bytes=True,
         )
         modes["draft"] = dict(lookup=0, draft=draft)
         modes["lookup+draft"] = dict(lookup=LOOKUP, draft=draft)

@@ -296,8 +296,10 @@ def build_step(config, source, precision, max_cache_len, recording: Recording | 
     return step, precision, kv_cache
 
 
-def load_weights(step, config, source, precision: str, recording=None) -> None:
-    """Packs every weight the family names from `source` into `step`, strictly (see the module)."""
+def load_weights(step, config, source, precision: str, recording=None, fewest_bytes=False) -> None:
+    """Packs every weight the family names from `source` into `step`, strictly (see the module).
+    fewest_bytes: no matrix in a format wider than the precision's own (a draft's weights; see
+    kwker.precision.KEPT_WIDER)."""
     family, tied = family_of(config), is_tied(config, source)
     matrix_fmt, embed_fmt = PRECISIONS[precision].matrices, PRECISIONS[precision].embeddings
     used = {"lm_head.weight"} if tied else set()
@@ -330,7 +332,8 @@ def load_weights(step, config, source, precision: str, recording=None) -> None:
             if bias is not None and spec.rows is not None:
                 bias = bias[spec.rows[0] : spec.rows[1]]
             fmt = embed_fmt if spec.native in ("embed", "lm_head") else matrix_fmt
-            fmt = kept_format(fmt, t.type_name, t.shape[1], embedding=spec.native == "embed")
+            fmt = kept_format(fmt, t.type_name, t.shape[1], embedding=spec.native == "embed",
+                              wider=not fewest_bytes)  # fmt: skip
             step.set_matrix_ggml(spec.native, raw, t.ggml_type, n, t.shape[1],
                                  getattr(_native.WType, fmt), bias, t.row_order)  # fmt: skip
             fmt = step.matrix_format(spec.native).name  # Q4K may have been packed as Q4

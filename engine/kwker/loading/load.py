@@ -233,13 +233,16 @@ def load_files(
     kv_cache: str | None = None,
     cache: bool = True,
     progress=None,
+    fewest_bytes: bool = False,
 ) -> FileDecoder:
     """A decoder for the model at `model_path` (a .gguf file or a safetensors folder) at
     `precision` (None: the nearest to the file's own; see kwker.loading.build), holding
     max_cache_len tokens (None: DEFAULT_CACHE_LEN or the model's max_position_embeddings, whichever
     is less). cache=False neither reads nor writes the packed-weights cache (nor the tokenizer's).
-    Raises BadModelFile (a ValueError) naming what is wrong with the files; never for the cache
-    (see the module doc)."""
+    fewest_bytes=True packs no matrix in a format wider than the precision's own where that would
+    hold the file's blocks exactly (Q5_0 and Q8_0 at int4): for a draft, whose bytes decide whether
+    it pays and whose precision never changes the output. Raises BadModelFile (a ValueError) naming
+    what is wrong with the files; never for the cache (see the module doc)."""
     started = time.perf_counter()
     path = Path(model_path).expanduser()
     if not path.exists():
@@ -250,9 +253,10 @@ def load_files(
     precision = checked(precision) or own_precision(source)  # the cache key needs it
     identity = {"source": source_identity(files), "config": sorted(vars(config).items(), key=str)}
     source_key = packed_cache.entry_key(identity)
-    key = packed_cache.entry_key({**identity, "precision": precision})
-    # the files' paths and the precision: what a newer entry replaces
-    lineage = packed_cache.lineage_key([str(Path(f).resolve()) for f in files], precision)
+    packing = f"{precision}, fewest bytes" if fewest_bytes else precision
+    key = packed_cache.entry_key({**identity, "precision": packing})
+    # the files' paths and the packing: what a newer entry replaces
+    lineage = packed_cache.lineage_key([str(Path(f).resolve()) for f in files], packing)
     writable = user_packed_root() if cache else None
     roots = packed_roots(writable) if cache else []
     if writable is not None:
@@ -278,7 +282,7 @@ def load_files(
             progress(f"packing {path.name} at {precision}")
         recording = packed_cache.Recording() if writable is not None else None
         step, precision, kv_cache = empty_step(config, source, precision, max_cache_len, **options)
-        load_weights(step, config, source, precision, recording)
+        load_weights(step, config, source, precision, recording, fewest_bytes)
         if writable is not None:
             try:
                 packed_cache.write_entry(writable / name, key, step, recording, lineage)
