@@ -118,9 +118,11 @@ float block_step(const float* v, float amax, int lo, int hi) {
   float best = d0, best_err = quant_error(v, d0, lo, hi);
   if (best_err == 0.f) return best;  // an exact fit (a Q8_0 file's block): nothing can beat it
   // A block on a grid of at most 32 levels (a Q5_0 or Q4_0 file's: its largest magnitude at level
-  // 1..16) is held exactly with that grid's step (a Q4_K_M file's Q5_0 matrices at int4)
-  for (int level = 16; level >= 1; level--)
-    if (on_grid(v, amax / float(level))) return amax / float(level);
+  // 1..16) is held exactly with that grid's fp16 step (a Q4_K_M file's Q5_0 matrices at int4)
+  for (int level = 16; level >= 1; level--) {
+    const float d = f16_to_f32(f32_to_f16(amax / float(level)));
+    if (on_grid(v, d)) return d;
+  }
   for (float f : {0.9f, 0.95f, 1.0f}) {
     const float d = d0 * f, inv = 1.f / d;
     float vq = 0.f, qq = 0.f;
