@@ -67,13 +67,19 @@ def test_too_little_evidence_reads_a_dash_with_the_reason(qtbot, data_dir):
 def ab(win, qtbot, prompt: str, tokens: int, rounds: int = 3):
     """(the window's figure, the test's own A/B): the median speedup the window showed over
     `rounds` answers with lookup, and the median tokens/s of the same prompt decoded plainly and
-    with lookup on the same decoder, alternating (kwker.bench's time_modes: the same tokens)."""
-    shown = []
-    for _ in range(rounds):
+    with lookup on the same decoder, alternating (kwker.bench's time_modes: the same tokens). An
+    answer whose plain steps a busy minute scattered shows "–" for want of evidence (as it
+    should); it is asked again, up to twice the rounds."""
+    shown, withheld = [], []
+    while len(shown) < rounds:
+        assert len(withheld) < rounds, f"the figure withheld {len(withheld)} times: {withheld}"
         win.branches.regenerate()
         qtbot.waitUntil(lambda: not win.generating, timeout=120_000)
         s = win.messages[-1].stats
-        assert s["speedup"] is not None, s["speedup_why"]
+        if s["speedup"] is None:
+            assert s["speedup_why"] and win.stats.speedup.text() == "–"
+            withheld.append(s["speedup_why"])
+            continue
         assert s["speedup"] <= s["tokens_per_step"] * 1.05  # never beyond what the steps allow
         assert win.stats.speedup.text() == f"{s['speedup']:.2f}×"  # the answer's own figure
         shown.append(s["speedup"])
