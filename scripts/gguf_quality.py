@@ -35,7 +35,7 @@ def requantized_decoder(path, tokens: int, precision_name: str):
     format."""
     from kwker import precision
 
-    tables = (precision.KEPT_FORMATS, precision.KEPT_EMBEDDING_FORMATS,
+    tables = (precision.KEPT_FORMATS, precision.KEPT_WIDER, precision.KEPT_EMBEDDING_FORMATS,
               precision.QUANTIZED_FORMATS)  # fmt: skip
     kept = [dict(table) for table in tables]
     for table in tables:

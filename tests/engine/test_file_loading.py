@@ -90,12 +90,13 @@ def test_a_real_gguf_packs_what_transformers_loading_it_packs_at_every_precision
 ):
     """The file's values, dequantized natively, are transformers' to the bit: packed at any
     precision, they give its logits. (Where a precision keeps a Q4_K or Q6_K matrix's blocks as
-    they are, transformers' floats are requantized instead, and where it keeps a Q4_1 file's
-    blocks in Q4, its floats take Q4K: both are turned off here, and
-    tests/engine/test_k_formats_loading.py checks them.)"""
+    they are, or a Q5_0 or Q8_0 one's in Q8 at int4, transformers' floats are requantized instead,
+    and where it keeps a Q4_1 file's blocks in Q4, its floats take Q4K: these are turned off here,
+    and tests/engine/test_k_formats_loading.py checks them.)"""
     from kwker import precision as precisions
 
     monkeypatch.setattr(precisions, "KEPT_FORMATS", {})
+    monkeypatch.setattr(precisions, "KEPT_WIDER", {})
     monkeypatch.setattr(precisions, "KEPT_EMBEDDING_FORMATS", {})
     monkeypatch.setattr(precisions, "QUANTIZED_FORMATS", {})
     path, model = real_gguf
