@@ -50,14 +50,14 @@ def matrix_errors(path: str, rows: int) -> None:
 
 def model_quality(path: str) -> None:
     import torch
-    from gguf_quality import kwker_log_probs
+    from gguf_quality import kwker_decoder, log_probs
 
     from kwker.bench.quality import score, text
     from kwker.loading.tokenizer import load_tokenizer
 
     ids = load_tokenizer(path)(text())["input_ids"][:512]
     tokens = torch.tensor(ids)
-    ref, _ = kwker_log_probs(path, ids, "fp32")
+    ref = log_probs(kwker_decoder(path, len(ids), "fp32"), ids)
     # the file's Q6_K matrices are quantized (not kept) in both rows below
     kept = dict(precision.KEPT_FORMATS)
     precision.KEPT_FORMATS.pop(("Q4", "Q6_K"), None)
@@ -68,7 +68,8 @@ def model_quality(path: str) -> None:
         for fmt in ("Q4K", "Q4"):
             if fmt == "Q4":
                 precision.QUANTIZED_FORMATS.clear()
-            logp, dec = kwker_log_probs(path, ids, "int4")
+            dec = kwker_decoder(path, len(ids), "int4")
+            logp = log_probs(dec, ids)
             r = score(fmt, ref, logp, tokens)
             mb = dec.weight_bytes_per_token / 1e6
             print(f"| {fmt} | {r['perplexity']:.3f} | {r['mean_kl_vs_fp32']:.4f} | "
