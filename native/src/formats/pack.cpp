@@ -100,12 +100,12 @@ float quant_error(const float* v, float d, int lo, int hi) {
   return e;
 }
 
-// Whether every value of a block is an integer multiple of d (most blocks of float weights fail
-// at their first values).
-bool on_grid(const float* v, float d) {
+// Whether every value of a block is d times an integer in [lo, hi]: quant_error's zero, stopped at
+// the first value off the grid (where most blocks of float weights stop).
+bool on_grid(const float* v, float d, int lo, int hi) {
   const float inv = 1.f / d;
   for (int j = 0; j < kQBlock; j++)
-    if (quant_level(v[j] * inv, -127, 127) * d != v[j]) return false;
+    if (quant_level(v[j] * inv, lo, hi) * d != v[j]) return false;
   return true;
 }
 
@@ -121,7 +121,7 @@ float block_step(const float* v, float amax, int lo, int hi) {
   // 1..16) is held exactly with that grid's fp16 step (a Q4_K_M file's Q5_0 matrices at int4)
   for (int level = 16; level >= 1; level--) {
     const float d = f16_to_f32(f32_to_f16(amax / float(level)));
-    if (on_grid(v, d)) return d;
+    if (on_grid(v, d, lo, hi)) return d;
   }
   for (float f : {0.9f, 0.95f, 1.0f}) {
     const float d = d0 * f, inv = 1.f / d;
