@@ -11,16 +11,32 @@ SMOLLM2 = "HuggingFaceTB/SmolLM2-135M-Instruct"
 def test_batch_bench_serves_requests_on_the_files():
     lines = []
     result = run_batch(
-        SMOLLM2, precision="int4", batches=(1, 3), tg=6, prompt_len=10, out=lines.append
+        SMOLLM2,
+        precision="int4",
+        batches=(1, 3),
+        tg=6,
+        prompt_len=10,
+        repeats=3,
+        out=lines.append,
     )
     assert result["precision"] == "int4"
     rows = result["results"]
     assert [r["batch"] for r in rows] == [1, 3]
     for r in rows:
-        # b requests of 6 tokens each, every one read to its end: positive, finite rates
-        assert 0 < r["tokens_per_s"] < 1e6 and 0 < r["generation_tokens_per_s"] < 1e6
-        assert r["ttft_ms"] > 0
-    assert any(line.startswith("batch 3: generation ") for line in lines)
+        # b requests of 6 tokens each, every one read to its end: positive, finite rates, a row
+        # the median of its 3 rounds
+        assert len(r["runs"]) == 3
+        for key in ("tokens_per_s", "generation_tokens_per_s", "ttft_ms"):
+            values = sorted(run[key] for run in r["runs"])
+            assert 0 < values[0] and values[-1] < 1e6 and r[key] == values[1]
+    # the ratio is the median of the rounds' own ratios, batch 1's exactly 1
+    assert rows[0]["generation_tokens_per_s_ratio"] == 1.0
+    ratios = sorted(
+        b["generation_tokens_per_s"] / a["generation_tokens_per_s"]
+        for a, b in zip(rows[0]["runs"], rows[1]["runs"])
+    )
+    assert rows[1]["generation_tokens_per_s_ratio"] == ratios[1]
+    assert f"batch 3: generation {ratios[1]:.2f}x" in "\n".join(lines)
 
 
 def test_speculation_bench_modes_on_the_files():

@@ -18,51 +18,75 @@ def run_batch(
     batches=(1, 2, 4, 8),
     tg=128,
     prompt_len=64,
+    repeats=3,
     out=print,
 ) -> dict:
     """Aggregate generation throughput with B requests served together (continuous batching, lookup
     off), and their time to first token when they all arrive at once. kwker loads the model's files
-    as `kwker serve` does (precision None: the nearest to the files' own)."""
+    as `kwker serve` does (precision None: the nearest to the files' own), once, with a slot for
+    each request of the largest batch.
+
+    Each of `repeats` rounds serves every batch size in turn, so a host whose speed drifts moves
+    them all alike; a row gives the medians over rounds, and a batch's ratio to the first is the
+    median of the rounds' ratios."""
     from kwker.loading.build import default_threads
     from kwker.loading.load import load_files
     from kwker.models.loader import DEFAULT_MODEL, resolve_model
 
     threads = threads or default_threads()
-    path = resolve_model(model_spec)
-    result = {
-        "model": model_spec or DEFAULT_MODEL,
-        "threads": threads,
-        "results": [],
-    }
+    dec = load_files(
+        resolve_model(model_spec),
+        max_cache_len=prompt_len + tg + 8,
+        precision=precision,
+        threads=threads,
+        max_batch=max(batches),
+    )
+    rounds = [
+        [
+            serve_together(dec, b, dec.config.vocab_size, prompt_len, tg, seed=r * 1000)
+            for b in batches
+        ]
+        for r in range(repeats)
+    ]
+    rows = []
+    for i, b in enumerate(batches):
+        runs = [rnd[i] for rnd in rounds]
+        row = {"batch": b, "runs": runs}
+        for key in ("tokens_per_s", "generation_tokens_per_s", "ttft_ms"):
+            row[key] = statistics.median(r[key] for r in runs)
+        for key in ("tokens_per_s", "generation_tokens_per_s"):
+            row[key + "_ratio"] = statistics.median(rnd[i][key] / rnd[0][key] for rnd in rounds)
+        rows.append(row)
     for line in report.BATCH_HEADER:
         out(line)
-    for b in batches:
-        dec = load_files(
-            path,
-            max_cache_len=prompt_len + tg + 8,
-            precision=precision,
-            threads=threads,
-            max_batch=b,
-        )
-        result["precision"] = dec.precision
-        row = serve_together(dec, b, dec.config.vocab_size, prompt_len, tg)
+    for row in rows:
         out(report.batch_row(row))
-        result["results"].append(row)
-    for line in report.batch_scaling_lines(result["results"]):
+    for line in report.batch_scaling_lines(rows, repeats):
         out(line)
-    return result
+    return {
+        "model": model_spec or DEFAULT_MODEL,
+        "threads": threads,
+        "precision": dec.precision,
+        "repeats": repeats,
+        "results": rows,
+    }
 
 
-def serve_together(dec, b: int, vocab: int, prompt_len: int, tg: int) -> dict:
-    """b requests of tg tokens submitted at once to a serving engine on `dec`, each read by its own
-    thread as b clients would: a first token is timed when it arrives."""
+def serve_together(dec, b: int, vocab: int, prompt_len: int, tg: int, seed: int = 0) -> dict:
+    """b requests of tg tokens submitted at once to a serving engine on `dec` (b of its slots),
+    each read by its own thread as b clients would: a first token is timed when it arrives. The
+    prompts are seeded from `seed` on: a round's prompts share no prefix with another's, so no
+    request starts from an earlier one's cache."""
     from kwker.serve import ServingEngine
 
-    with ServingEngine(dec) as engine:
-        engine.submit(prompt_tokens(prompt_len, vocab, seed=99), 4, lookup=0).tokens()  # warm-up
+    with ServingEngine(dec, max_active=b) as engine:
+        warm = prompt_tokens(prompt_len, vocab, seed=seed + 999)
+        engine.submit(warm, 4, lookup=0).tokens()
         t0 = time.perf_counter()
         reqs = [
-            engine.submit(prompt_tokens(prompt_len, vocab, seed=i), tg, eos_token_id=[], lookup=0)
+            engine.submit(
+                prompt_tokens(prompt_len, vocab, seed=seed + i), tg, eos_token_id=[], lookup=0
+            )
             for i in range(b)
         ]
         ttft = [0.0] * b

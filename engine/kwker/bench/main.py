@@ -37,6 +37,7 @@ def main(args) -> int:
             threads=args.threads,
             batches=[int(b) for b in args.batch.split(",")],
             tg=args.tg,
+            repeats=args.repeats,
         )
     else:
         result = run(

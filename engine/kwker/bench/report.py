@@ -97,12 +97,13 @@ def batch_row(r: dict) -> str:
     )
 
 
-def batch_scaling_lines(rows: list[dict]) -> list[str]:
-    first = rows[0]
+def batch_scaling_lines(rows: list[dict], repeats: int = 1) -> list[str]:
+    """Each batch's ratio to the first: the median of the rounds' ratios."""
+    first = rows[0]["batch"]
+    of = f" (medians of {repeats} rounds' ratios)" if repeats > 1 else ""
     return [
-        f"batch {r['batch']}: generation "
-        f"{r['generation_tokens_per_s'] / first['generation_tokens_per_s']:.2f}x, whole run "
-        f"{r['tokens_per_s'] / first['tokens_per_s']:.2f}x batch {first['batch']}"
+        f"batch {r['batch']}: generation {r['generation_tokens_per_s_ratio']:.2f}x, whole run "
+        f"{r['tokens_per_s_ratio']:.2f}x batch {first}{of}"
         for r in rows
     ]
 

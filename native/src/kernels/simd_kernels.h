@@ -662,20 +662,27 @@ inline typename V::reg load_kv(const KV* p) {
 }
 
 // Scores of G query rows against the keys of panels [pi, pi + PB): one chain per (query, key) over
-// d.
+// d. v is the values, whose lines for these keys it asks into L2 for the values pass.
 template <class V, class KV, int G, int PB>
-inline void attend_scores(const float* const (&q)[G], int hdp, const KV* k, int pi, float scale,
-                          float* scores, int ns) {
+inline void attend_scores(const float* const (&q)[G], int hdp, const KV* k, const KV* v, int pi,
+                          float scale, float* scores, int ns) {
   using R = typename V::reg;
   constexpr int RP = kPanel / V::W;
   R acc[G][PB * RP];
   fill(acc, V::zero());
   const KV* kb = k + size_t(pi) * hdp * kPanel;
+  // the PB panels' values are kPanel * PB rows of hdp, one block: a dim's share is kStep bytes
+  const char* vb = reinterpret_cast<const char*>(v + size_t(pi) * kPanel * hdp);
+  constexpr size_t kStep = size_t(kPanel) * PB * sizeof(KV);
   for (int d = 0; d < hdp; d++) {
     // The keys come from memory (a layer's weights have streamed through the cache since they
     // were written): ask for the same line PB + 1 panels on, a line per dim's 16 keys or pair of
     // dims (perf-notes #25).
     if (d % (4 / sizeof(KV)) == 0) __builtin_prefetch(kb + (size_t(PB + 1) * hdp + d) * kPanel);
+    // The values of these panels' keys, which the values pass reads after the softmax: into L2
+    // while the keys stream, the lines that start in this dim's share (perf-notes #50).
+    for (size_t b = (d * kStep + 63) / 64 * 64; b < (d + 1) * kStep; b += 64)
+      __builtin_prefetch(vb + b, 0, 2);
     R kv[PB * RP];
 #pragma GCC unroll 16
     for (int r = 0; r < PB * RP; r++)
@@ -804,8 +811,9 @@ void attend_rows(AttendPhase phase, int lo, int hi, const float* q, int g, size_
     const int np = std::min(hi, pad_to(nmax, kPanel) / kPanel);
     constexpr int PB = G == 1 ? 3 : (G == 2 ? 2 : 1);  // enough chains to hide the FMA latency
     int pi = std::max(lo, fmin / kPanel);
-    for (; pi + PB <= np; pi += PB) attend_scores<V, KV, G, PB>(qr, hdp, k, pi, scale, scores, ns);
-    for (; pi < np; pi++) attend_scores<V, KV, G, 1>(qr, hdp, k, pi, scale, scores, ns);
+    for (; pi + PB <= np; pi += PB)
+      attend_scores<V, KV, G, PB>(qr, hdp, k, v, pi, scale, scores, ns);
+    for (; pi < np; pi++) attend_scores<V, KV, G, 1>(qr, hdp, k, v, pi, scale, scores, ns);
   } else if (phase == AttendPhase::Softmax) {
     for (int j = lo; j < std::min(hi, G);
          j++) {  // over the row's keys (other lanes of their panels are never used)
