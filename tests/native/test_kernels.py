@@ -495,6 +495,49 @@ def test_softmax_stats_match_numpy(isa, n):
         _native.kernel_softmax_stats(isa, x, 0.0, 9.0)
 
 
+def scan_argmax(x):
+    """ArgmaxFn's contract, the scan itself (NaN is never larger)."""
+    best = 0
+    for i in range(1, len(x)):
+        if x[i] > x[best]:
+            best = i
+    return best
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("n", [1, 7, 16, 17, 255, 4099, 49152 + 5])
+def test_argmax_is_the_scans_first_largest(isa, n):
+    """The greedy token: the largest logit, the lowest id among equals, NaN passed over (and a NaN
+    at 0 kept, as the scan keeps it), signed zeros equal."""
+    needs(isa)
+    rng = np.random.default_rng(n)
+    rows = []
+    x = (rng.standard_normal(n) * 4).astype(np.float32)
+    rows.append(x)
+    tied = x.copy()
+    tied[rng.integers(0, n, 3)] = 20.0  # ties: the first wins
+    rows.append(tied)
+    rows.append(np.full(n, -np.inf, np.float32))
+    zeros = np.where(rng.random(n) < 0.5, np.float32(-0.0), np.float32(0.0)).astype(np.float32)
+    rows.append(zeros)
+    with_nan = tied.copy()
+    with_nan[rng.integers(0, n, 2)] = np.nan
+    rows.append(with_nan)
+    nan_first = x.copy()
+    nan_first[0] = np.nan
+    rows.append(nan_first)
+    last = x.copy()
+    last[-1] = 50.0  # the largest in the tail past the last whole register
+    rows.append(last)
+    for row in rows:
+        want = scan_argmax(row.tolist()) if n < 5000 else None
+        if want is None:  # a long row: numpy's argmax is the scan's where no NaN comes first
+            want = (
+                0 if np.isnan(row[0]) else int(np.nanargmax(np.where(np.isnan(row), -np.inf, row)))
+            )
+        assert _native.kernel_argmax(isa, row) == want
+
+
 @pytest.mark.parametrize("n", [1, 5, 16, 17, 33, 255, 256, 257, 4099])
 def test_attend_glu_quantize_and_stats_are_identical_across_isas(n):
     """Beside the matmuls, the kernels with a reduction or an exponential (the attention's softmax,

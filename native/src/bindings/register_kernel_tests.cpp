@@ -373,6 +373,13 @@ void register_kernel_tests(py::module_& m) {
         return softmax_stats_on(kernels_select(isa), x, t, close);
       },
       py::arg("isa"), py::arg("x"), py::arg("temperature"), py::arg("close"));
+  m.def(
+      "kernel_argmax",
+      [](const std::string& isa, py::array_t<float, py::array::c_style | py::array::forcecast> x) {
+        if (x.ndim() != 1 || x.shape(0) == 0) throw std::invalid_argument("argmax takes a row");
+        return kernels_select(isa).argmax(x.data(), int(x.shape(0)));
+      },
+      py::arg("isa"), py::arg("x"));
   m.def("kernel_glu", &kernel_glu, py::arg("isa"), py::arg("gate"), py::arg("up"),
         py::arg("activation") = Activation::Silu, "act(gate) * up");
   m.def("kernel_fma_exact", &kernel_fma_exact, py::arg("a"), py::arg("b"), py::arg("c"),

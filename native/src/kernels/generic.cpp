@@ -253,6 +253,13 @@ int softmax_stats_generic(const float* x, int n, float t, float close, float* ma
   return count;
 }
 
+int argmax_generic(const float* x, int n) {
+  int best = 0;
+  for (int i = 1; i < n; i++)
+    if (x[i] > x[best]) best = i;
+  return best;
+}
+
 void to_f16_generic(const float* x, uint16_t* out, int n) {
   for (int i = 0; i < n; i++) out[i] = f32_to_f16(x[i]);
 }
@@ -280,7 +287,8 @@ const Kernels& kernels_generic() {
       {attend_part_generic<float>, attend_part_generic<uint16_t>},
       {glu_generic<Activation::Silu>, glu_generic<Activation::GeluTanh>},
       to_f16_generic,
-      softmax_stats_generic};
+      softmax_stats_generic,
+      argmax_generic};
   return k;
 }
 

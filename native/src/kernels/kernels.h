@@ -135,6 +135,11 @@ using SoftmaxStatsFn = int (*)(const float* x, int n, float t, float close, floa
                                int32_t* ids);
 constexpr int kStatsBlock = 256;
 
+// The index of the largest of x[0..n), the lowest among equals (n >= 1): the scan
+//   best = 0; for i = 1 .. n - 1: if (x[i] > x[best]) best = i
+// (a NaN is never larger: after a NaN at 0 it stays 0, elsewhere it is passed over).
+using ArgmaxFn = int (*)(const float* x, int n);
+
 struct Kernels {
   const char* name;
   MatmulFn matmul[kWTypes];            // by WType: F32, BF16, F16, BF16P (null: quantized)
@@ -144,6 +149,7 @@ struct Kernels {
   GluFn glu[kActivations];             // by Activation
   ToF16Fn to_f16;
   SoftmaxStatsFn softmax_stats;
+  ArgmaxFn argmax;
 };
 
 const Kernels& kernels_generic();

@@ -885,6 +885,25 @@ void glu(const float* gate, const float* up, float* out, int n) {
   }
 }
 
+// ArgmaxFn in two passes, the max then its first index. V::max(a, b) returns b where either is NaN
+// (maxps), so a NaN lane of x leaves the running max as it was, as the scan passes it over.
+template <class V>
+int argmax(const float* x, int n) {
+  if (!(x[0] == x[0])) return 0;  // a NaN first: nothing is larger
+  typename V::reg m = V::set1(x[0]);
+  int i = 0;
+  for (; i + V::W <= n; i += V::W) m = V::max(V::load(x + i), m);
+  float mx = V::hmax(m);
+  for (; i < n; i++)
+    if (x[i] > mx) mx = x[i];
+  const typename V::reg vm = V::set1(mx);
+  for (i = 0; i + V::W <= n; i += V::W)  // x >= mx is x == mx (ordered: NaN lanes are not)
+    if (const auto bits = V::ge_mask(V::load(x + i), vm)) return i + __builtin_ctzll(bits);
+  for (; x[i] != mx; i++) {
+  }
+  return i;
+}
+
 // Each block's sum of exponentials is the canonical sum of its values (the last group of the row
 // zero-padded), added in double in block order: the same bits as the reference.
 template <class V>

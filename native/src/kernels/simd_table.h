@@ -17,7 +17,8 @@ Kernels make_kernels(const char* name) {
                  {attend_part<V, float>, attend_part<V, uint16_t>},
                  {glu<V, Activation::Silu>, glu<V, Activation::GeluTanh>},
                  to_f16<V>,
-                 softmax_stats<V>};
+                 softmax_stats<V>,
+                 argmax<V>};
 }
 
 }  // namespace kwker::simd

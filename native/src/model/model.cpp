@@ -824,9 +824,7 @@ void Model::step_locked(const int32_t* tokens, const int32_t* slots, const int32
     const auto [r0, r1] = pool_.split(R, tid);
     for (int r = r0; r < r1; r++) {
       const float* lr = logits_.as<float>() + size_t(r) * vocab_stride();
-      int best = 0;
-      for (int i = 1; i < head.n; i++)
-        if (lr[i] > lr[best]) best = i;
+      const int best = kern_->argmax(lr, head.n);
       argmax[r] = head_ids ? head_ids[best] : best;
       if (second && head.n > 1) {  // the largest logit but best's, the lowest id among equals
         int next = best == 0 ? 1 : 0;
