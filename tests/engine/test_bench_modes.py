@@ -33,7 +33,7 @@ def test_batch_bench_serves_requests_on_the_files():
     assert rows[0]["generation_tokens_per_s_ratio"] == 1.0
     ratios = sorted(
         b["generation_tokens_per_s"] / a["generation_tokens_per_s"]
-        for a, b in zip(rows[0]["runs"], rows[1]["runs"])
+        for a, b in zip(rows[0]["runs"], rows[1]["runs"], strict=True)
     )
     assert rows[1]["generation_tokens_per_s_ratio"] == ratios[1]
     assert f"batch 3: generation {ratios[1]:.2f}x" in "\n".join(lines)

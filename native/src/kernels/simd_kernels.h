@@ -899,8 +899,7 @@ int argmax(const float* x, int n) {
   const typename V::reg vm = V::set1(mx);
   for (i = 0; i + V::W <= n; i += V::W)  // x >= mx is x == mx (ordered: NaN lanes are not)
     if (const auto bits = V::ge_mask(V::load(x + i), vm)) return i + __builtin_ctzll(bits);
-  for (; x[i] != mx; i++) {
-  }
+  while (x[i] != mx) i++;
   return i;
 }
 
