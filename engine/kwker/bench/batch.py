@@ -9,6 +9,7 @@ import time
 
 from kwker.bench import report
 from kwker.bench.measure import prompt_tokens
+from kwker.serve.engine import END, ServingEngine
 
 
 def run_batch(
@@ -84,8 +85,6 @@ class _Arrivals:
         self.done = threading.Event()
 
     def __call__(self, item) -> None:
-        from kwker.serve.engine import END
-
         if item is END:
             self.done.set()
         elif isinstance(item, BaseException):
@@ -104,8 +103,6 @@ def serve_together(dec, b: int, vocab: int, prompt_len: int, tg: int, seed: int 
     (batch 2 read 1.64x batch 1 where its steps cost 1.07 one-row steps). The prompts are seeded
     from `seed` on: a round's prompts share no prefix with another's, so no request starts from
     an earlier one's cache."""
-    from kwker.serve import ServingEngine
-
     with ServingEngine(dec, max_active=b) as engine:
         warm = prompt_tokens(prompt_len, vocab, seed=seed + 999)
         engine.submit(warm, 4, lookup=0).tokens()
