@@ -54,7 +54,10 @@ def main() -> None:
     else:
         timed = [(k, lambda k=k: verify(runner, slots[0], k)) for k in ks]
     if args.draft:
-        draft = load_files(args.draft, max_cache_len=1024, precision=DRAFT).runner
+        # as the app and `kwker bench --draft` load a draft: no matrix wider than int4
+        draft = load_files(
+            args.draft, max_cache_len=1024, precision=DRAFT, fewest_bytes=True
+        ).runner
         dslot = draft.acquire()
         draft.extend_slot(dslot, 0, context, rows="none", logits=False)
         draft.set_head_subset(np.arange(DraftProposer.HEAD_SUBSET))
